@@ -15,7 +15,8 @@ pub const GROUP: &str = "ipam.miloapis.com";
 /// The API version served.
 pub const VERSION: &str = "v1alpha1";
 /// Milo's per-project control-plane path; IPAM is reached by appending the usual group path.
-pub const PROJECT_CONTROL_PLANE_PREFIX: &str = "/apis/resourcemanager.miloapis.com/v1alpha1/projects";
+pub const PROJECT_CONTROL_PLANE_PREFIX: &str =
+    "/apis/resourcemanager.miloapis.com/v1alpha1/projects";
 
 /// The control-plane path of a Milo project.
 pub fn project_control_plane_path(project: &str) -> String {
@@ -62,7 +63,9 @@ pub mod reasons {
 }
 
 /// A reference to a scope object (compared, never resolved).
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ScopeRef {
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -115,7 +118,11 @@ pub type Scope = BTreeMap<String, ScopeRef>;
     printcolumn(name = "CLASS", type_ = "string", json_path = ".spec.className"),
     printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "CIDR", type_ = "string", json_path = ".status.allocatedCIDR"),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct IPClaimSpec {
@@ -143,7 +150,11 @@ pub struct IPClaimSpec {
 pub struct IPClaimStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
-    #[serde(rename = "allocatedCIDR", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "allocatedCIDR",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub allocated_cidr: String,
     /// Exists in the API; no released IPAM writes it, so nothing here reads it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -198,7 +209,11 @@ pub struct IPAllocationSpec {
 pub struct IPAllocationStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
-    #[serde(rename = "allocatedCIDR", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "allocatedCIDR",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub allocated_cidr: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub address: String,
@@ -245,7 +260,11 @@ pub struct Reservations {
     printcolumn(name = "CIDR", type_ = "string", json_path = ".status.allocatedCIDR"),
     printcolumn(name = "FAMILY", type_ = "string", json_path = ".status.ipFamily"),
     printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "UTILIZATION", type_ = "number", json_path = ".status.utilizationPercent")
+    printcolumn(
+        name = "UTILIZATION",
+        type_ = "number",
+        json_path = ".status.utilizationPercent"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct IPPoolSpec {
@@ -289,7 +308,11 @@ pub struct PoolCapacity {
 pub struct IPPoolStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
-    #[serde(rename = "allocatedCIDR", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "allocatedCIDR",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub allocated_cidr: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ip_family: String,
@@ -389,5 +412,10 @@ pub struct IPClassStatus {
 
 /// The four IPAM kinds as CRDs, for serving them from a local stand-in.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![IPClass::crd(), IPPool::crd(), IPClaim::crd(), IPAllocation::crd()]
+    vec![
+        IPClass::crd(),
+        IPPool::crd(),
+        IPClaim::crd(),
+        IPAllocation::crd(),
+    ]
 }

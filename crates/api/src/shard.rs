@@ -5,7 +5,6 @@
 //! write-once guarantee hold: a conflicting second write is refused by the server, not by us.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::core::{ListMerge, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -56,10 +55,22 @@ pub const CLAIM_REF_DEFAULT_KIND: &str = "IPClaim";
     cel,
     printcolumn(name = "TARGET", type_ = "string", json_path = ".spec.targetRef.name"),
     printcolumn(name = "SHARD-SID", type_ = "string", json_path = ".status.shardSID"),
-    printcolumn(name = "IPV6", type_ = "string", json_path = ".status.shardAddressIPv6"),
-    printcolumn(name = "IPV4", type_ = "string", json_path = ".status.shardAddressIPv4"),
+    printcolumn(
+        name = "IPV6",
+        type_ = "string",
+        json_path = ".status.shardAddressIPv6"
+    ),
+    printcolumn(
+        name = "IPV4",
+        type_ = "string",
+        json_path = ".status.shardAddressIPv4"
+    ),
     printcolumn(name = "DRAIN", type_ = "boolean", json_path = ".spec.drain"),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("!(has(oldSelf.shardSID) && size(oldSelf.shardSID) > 0) || (has(self.shardSID) && size(self.shardSID) > 0)").message("shardSID cannot be unassigned once assigned"),
@@ -86,7 +97,11 @@ pub struct EgressShardSpec {
 
     /// The public IPv6 address the shard translates to; written once by the egress address
     /// controller.
-    #[serde(rename = "shardAddressIPv6", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "shardAddressIPv6",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     #[x_kube(
         validation = Rule::new("self == '' || (isIP(self) && ip(self).family() == 6)").message("shardAddressIPv6 must be a valid IPv6 address"),
         validation = Rule::new("self == oldSelf || oldSelf == ''").message("shardAddressIPv6 is immutable once assigned")
@@ -94,12 +109,20 @@ pub struct EgressShardSpec {
     pub shard_address_ipv6: String,
 
     /// The IPAM record holding `shardAddressIPv6`; written in the same update as the address.
-    #[serde(rename = "shardAddressIPv6ClaimRef", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "shardAddressIPv6ClaimRef",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[x_kube(validation = Rule::new("self == oldSelf").message("shardAddressIPv6ClaimRef is immutable once assigned"))]
     pub shard_address_ipv6_claim_ref: Option<AddressClaimRef>,
 
     /// The public IPv4 address of the shard (not written by this project).
-    #[serde(rename = "shardAddressIPv4", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "shardAddressIPv4",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     #[x_kube(
         validation = Rule::new("self == '' || (isIP(self) && ip(self).family() == 4)").message("shardAddressIPv4 must be a valid IPv4 address"),
         validation = Rule::new("self == oldSelf || oldSelf == ''").message("shardAddressIPv4 is immutable once assigned")
@@ -107,12 +130,20 @@ pub struct EgressShardSpec {
     pub shard_address_ipv4: String,
 
     /// The IPAM record holding `shardAddressIPv4`.
-    #[serde(rename = "shardAddressIPv4ClaimRef", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "shardAddressIPv4ClaimRef",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[x_kube(validation = Rule::new("self == oldSelf").message("shardAddressIPv4ClaimRef is immutable once assigned"))]
     pub shard_address_ipv4_claim_ref: Option<AddressClaimRef>,
 
     /// The NAT64 prefix the shard translates into.
-    #[serde(rename = "nat64Prefix", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "nat64Prefix",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     #[x_kube(
         validation = Rule::new("self == '' || isCIDR(self)").message("nat64Prefix must be a valid CIDR"),
         validation = Rule::new("self == oldSelf || oldSelf == ''").message("nat64Prefix is immutable once assigned")
@@ -173,13 +204,25 @@ pub struct EgressShardStatus {
     #[serde(rename = "shardSID", default, skip_serializing_if = "String::is_empty")]
     #[x_kube(validation = Rule::new("self == '' || (isIP(self) && ip(self).family() == 6)").message("shardSID must be a valid IPv6 address"))]
     pub shard_sid: String,
-    #[serde(rename = "shardAddressIPv6", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "shardAddressIPv6",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     #[x_kube(validation = Rule::new("self == '' || (isIP(self) && ip(self).family() == 6)").message("shardAddressIPv6 must be a valid IPv6 address"))]
     pub shard_address_ipv6: String,
-    #[serde(rename = "shardAddressIPv4", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "shardAddressIPv4",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     #[x_kube(validation = Rule::new("self == '' || (isIP(self) && ip(self).family() == 4)").message("shardAddressIPv4 must be a valid IPv4 address"))]
     pub shard_address_ipv4: String,
-    #[serde(rename = "nat64Prefix", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "nat64Prefix",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     #[x_kube(validation = Rule::new("self == '' || isCIDR(self)").message("nat64Prefix must be a valid CIDR"))]
     pub nat64_prefix: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
