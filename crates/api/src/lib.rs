@@ -1,3 +1,7 @@
+// The CRD derives repeat `printcolumn(...)` and `derive = ...` by design; clippy reads those as
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 //! Resource types shared by the egress address controller and localplane.
 //!
 //! * [`shard`]: `EgressShard` (`network.datumapis.com/v1alpha1`), owned by the data plane; this
