@@ -1,1 +1,100 @@
+//! localplane: a local stand-in for a cell's Kubernetes API server and for Milo project control
+//! planes, served over real HTTP on loopback. A test and demo tool, not a product.
+//!
+//! It behaves like kube-apiserver for what this project does, closely enough that kube-rs
+//! (`Api`, `watcher`, `Controller`) and kubectl cannot tell the difference:
+//!
+//! * kinds from CRDs (YAML files or [`CustomResourceDefinition`](k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
+//!   values) plus built-in Namespace, Lease, Event (`v1` and `events.k8s.io/v1`) and the RBAC kinds;
+//! * get/list (label and field selectors, `limit`/`continue`), create, PUT, merge/JSON patch,
+//!   server-side apply as create-or-merge (no field ownership), delete with finalizers;
+//! * server-managed metadata (uid, creationTimestamp, one monotonic resourceVersion per plane,
+//!   generation on spec changes), 409 on stale resourceVersions, status subresource separation,
+//!   unchanged writes as no-ops;
+//! * watches with bookmarks, timeouts, metadata-only and Table output, and 410 Expired (as a 200
+//!   with an ERROR event) for resourceVersions older than the bounded history;
+//! * CRD validation: pruning, defaulting, OpenAPI constraints and `x-kubernetes-validations` (CEL,
+//!   with transition rules), refused with 422 Status bodies worded like the apiserver's;
+//! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`), Table responses from printer columns;
+//! * Milo project planes under `/apis/resourcemanager.miloapis.com/v1alpha1/projects/{p}/control-plane`
+//!   (an unknown project is a plain-text 404, as Milo answers);
+//! * bearer-token identities and RBAC from stored roles and bindings; request counters; fault
+//!   injection.
+//!
+//! # Use in tests
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use localplane::{Identity, LocalPlane};
+//! let lp = LocalPlane::builder()
+//!     .crd_dir("config/crd")
+//!     .project("platform")
+//!     .identity(Identity::admin("admin", "admin-token"))
+//!     .identity(Identity::user("controller", "ctrl-token", "system:egress-address"))
+//!     .rbac(true)
+//!     .build()?;
+//! // In-process (no socket):
+//! let client = lp.client("cell", "admin");
+//! // Or over loopback TCP, for kubeconfigs and kubectl:
+//! let running = lp.serve("127.0.0.1:0".parse()?).await?;
+//! let kubeconfig = running.kubeconfig_path("platform", "controller")?;
+//! let remote = running.http_client("platform", "controller")?;
+//! # let _ = (client, kubeconfig, remote);
+//! running.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Server-side behaviour (hooks)
+//!
+//! Resources with behaviour beyond storage (Milo IPAM) register a [`StorageHooks`] on a plane
+//! with [`Plane::add_hooks`]; for every project plane, use [`LocalPlaneBuilder::on_project`].
+//! Hooks run under the plane's write lock after validation, and their writes roll back if they
+//! fail.
+//!
+//! # Admin endpoints (unauthenticated, loopback only)
+//!
+//! * `GET /localplane/metrics`: `{"total": N, "requests": [{plane, verb, resource, code, count}]}`;
+//!   `DELETE` resets.
+//! * `GET|POST|DELETE /localplane/faults`: read, replace (a [`FaultConfig`] as JSON or YAML), clear.
+//! * `POST /localplane/projects/{name}`: add a project plane. `POST /localplane/compact/{plane}`:
+//!   drop a plane's watch history (resumed watches get 410 and relist). `GET /localplane/planes`.
+//!
+//! # Differences from a real apiserver
+//!
+//! No field ownership (`managedFields`) for server-side apply, no strategic-merge list semantics
+//! (strategic merge patches of built-ins are merge patches), no garbage collection of owner
+//! references, no conversion between CRD versions, no CEL cost limits or validation ratcheting,
+//! no `deletecollection`, no protobuf, and a `continue` token pages over current state rather
+//! than a snapshot.
 
+mod admin;
+mod app;
+mod config;
+mod discovery;
+pub mod error;
+mod faults;
+pub mod hooks;
+pub mod ipam;
+mod kubeconfig;
+mod meta;
+mod metrics;
+mod openapi;
+mod plane;
+mod rbac;
+mod resources;
+mod schema;
+mod selector;
+mod server;
+mod store;
+mod table;
+mod watch;
+
+pub use app::{LocalPlane, LocalPlaneBuilder, Running};
+pub use config::{Config, DEFAULT_ADMIN_TOKEN, Identity, Manifest};
+pub use error::ApiError;
+pub use faults::{FaultConfig, FaultRule, Faults};
+pub use hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
+pub use metrics::{Metrics, RequestCount, RequestKey};
+pub use plane::Plane;
+pub use resources::{load_crd_dir, parse_crds};
+pub use server::PROJECT_PREFIX;

@@ -1,0 +1,21 @@
+//! Kubeconfig files, one per plane and identity.
+
+use serde_json::json;
+
+use crate::config::Identity;
+
+/// A kubeconfig (JSON, which every YAML reader accepts) with one cluster, user and context.
+pub fn render(server: &str, plane: &str, id: &Identity) -> String {
+    let cluster = format!("localplane-{plane}");
+    let user = format!("{plane}-{}", id.name);
+    let doc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": server}}],
+        "users": [{"name": user, "user": {"token": id.token}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster, "user": user, "namespace": "default"}}],
+        "current-context": user,
+        "preferences": {},
+    });
+    serde_json::to_string_pretty(&doc).expect("JSON values always serialise")
+}

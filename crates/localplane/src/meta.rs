@@ -1,0 +1,141 @@
+//! Server-managed metadata: uids, timestamps, names, and the comparisons that decide whether a
+//! write bumps `generation`.
+
+use rand::Rng;
+use serde_json::{Value, json};
+
+use crate::error::FieldError;
+
+/// RFC 3339 with second precision, as `metav1.Time` serialises.
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A random (version 4) UUID.
+pub fn new_uid() -> String {
+    let mut b: [u8; 16] = rand::rng().random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The 5-character suffix `generateName` gets (apimachinery's alphabet avoids vowels and
+/// look-alike digits).
+pub fn name_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut r = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[r.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn is_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+
+/// `metadata.name` validation: DNS-1123 subdomain, or label for namespaces.
+pub fn validate_name(name: &str, label_only: bool) -> Vec<FieldError> {
+    let v = json!(name);
+    if label_only {
+        if is_label(name) {
+            return vec![];
+        }
+        let mut errs = vec![];
+        if name.len() > 63 {
+            errs.push(FieldError::invalid(
+                "metadata.name",
+                &v,
+                "must be no more than 63 characters",
+            ));
+        }
+        errs.push(FieldError::invalid("metadata.name", &v, LABEL_MSG));
+        return errs;
+    }
+    let ok = name.len() <= 253 && name.split('.').all(is_label);
+    if ok {
+        return vec![];
+    }
+    let mut errs = vec![];
+    if name.len() > 253 {
+        errs.push(FieldError::invalid(
+            "metadata.name",
+            &v,
+            "must be no more than 253 characters",
+        ));
+    }
+    errs.push(FieldError::invalid("metadata.name", &v, SUBDOMAIN_MSG));
+    errs
+}
+
+pub fn str_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
+    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn meta_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata was just made an object")
+}
+
+/// Whether the parts of an object that `generation` tracks differ: everything but metadata, and
+/// also but status when the kind has a status subresource.
+pub fn spec_changed(old: &Value, new: &Value, has_status: bool) -> bool {
+    let skip = |k: &str| k == "metadata" || (has_status && k == "status");
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return old != new;
+    };
+    let keys = o.keys().chain(n.keys()).filter(|k| !skip(k));
+    for k in keys {
+        if o.get(k) != n.get(k) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether two versions of an object are equal apart from `resourceVersion` (an unchanged write
+/// is a no-op that keeps the old resourceVersion, as etcd3 storage does).
+pub fn same_content(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+        }
+        v
+    };
+    strip(old) == strip(new)
+}

@@ -1,0 +1,89 @@
+//! Request counters by plane, verb, resource and status code.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+/// One counter's labels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct RequestKey {
+    /// `cell` or a project name.
+    pub plane: String,
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`), or the
+    /// HTTP method in lower case for non-resource requests.
+    pub verb: String,
+    /// Group-qualified resource with subresource (`egressshards.network.datumapis.com/status`),
+    /// or the path for non-resource requests.
+    pub resource: String,
+    pub code: u16,
+}
+
+/// A counter and its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestCount {
+    #[serde(flatten)]
+    pub key: RequestKey,
+    pub count: u64,
+}
+
+/// The request counters of one localplane process.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    counts: Mutex<HashMap<RequestKey, u64>>,
+}
+
+impl Metrics {
+    pub(crate) fn record(&self, key: RequestKey) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default() += 1;
+    }
+
+    /// Every counter, sorted by labels.
+    pub fn snapshot(&self) -> Vec<RequestCount> {
+        let mut v: Vec<RequestCount> = self
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, c)| RequestCount {
+                key: k.clone(),
+                count: *c,
+            })
+            .collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+
+    /// The sum of the counters whose labels satisfy `pred`.
+    pub fn count(&self, pred: impl Fn(&RequestKey) -> bool) -> u64 {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(k, _)| pred(k))
+            .map(|(_, c)| *c)
+            .sum()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.count(|_| true)
+    }
+
+    pub fn reset(&self) {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        let snap = self.snapshot();
+        let total: u64 = snap.iter().map(|c| c.count).sum();
+        serde_json::json!({"total": total, "requests": snap})
+    }
+}

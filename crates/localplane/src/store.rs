@@ -1,0 +1,333 @@
+//! A plane's objects, its resourceVersion counter and its bounded watch history.
+//!
+//! Objects live in one ordered map per kind, keyed by (namespace, name), so gets are a lookup and
+//! namespace lists and `continue` pages are range scans. All writes go through a [`Txn`], which
+//! records an undo log and buffers watch events until commit: a hook that fails, or a dry run,
+//! leaves no trace.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::hooks::{PlaneTxn, ResourceKey};
+use crate::meta;
+use crate::resources::Registry;
+
+/// (namespace, name); the namespace is `""` for cluster-scoped kinds.
+pub type ObjKey = (String, String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as every watcher of the plane sees it.
+#[derive(Debug)]
+pub struct WatchEvent {
+    pub rv: u64,
+    pub res: ResourceKey,
+    pub etype: EventType,
+    pub obj: Arc<Value>,
+    /// The state before a MODIFIED, so a selector watch can turn "stopped matching" into DELETED.
+    pub prev: Option<Arc<Value>>,
+}
+
+pub struct Store {
+    rv: u64,
+    objects: HashMap<ResourceKey, BTreeMap<ObjKey, Arc<Value>>>,
+    history: VecDeque<Arc<WatchEvent>>,
+    history_cap: usize,
+    /// The newest resourceVersion whose event has been dropped from history; a watch from an
+    /// older version would miss it and gets 410 Expired.
+    compacted_through: u64,
+    tx: broadcast::Sender<Arc<WatchEvent>>,
+}
+
+impl Store {
+    pub fn new(history_cap: usize) -> Self {
+        let (tx, _) = broadcast::channel(65536);
+        Store {
+            rv: 1,
+            objects: HashMap::new(),
+            history: VecDeque::new(),
+            history_cap: history_cap.max(1),
+            compacted_through: 0,
+            tx,
+        }
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn compacted_through(&self) -> u64 {
+        self.compacted_through
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.tx.subscribe()
+    }
+
+    /// Drops all history, so every watch resumed from a past resourceVersion gets 410.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.compacted_through = self.rv;
+    }
+
+    pub fn history_after(&self, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
+        // History is ordered by rv, so a binary search finds the first event to replay.
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        self.history.range(start..)
+    }
+
+    pub fn get(&self, res: &ResourceKey, ns: &str, name: &str) -> Option<&Arc<Value>> {
+        self.objects
+            .get(res)?
+            .get(&(ns.to_string(), name.to_string()))
+    }
+
+    /// Objects of a kind, in key order, optionally within one namespace and after a key.
+    pub fn range<'a>(
+        &'a self,
+        res: &ResourceKey,
+        ns: Option<&str>,
+        after: Option<&ObjKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+        let Some(m) = self.objects.get(res) else {
+            return Box::new(std::iter::empty());
+        };
+        let lower = match after {
+            Some(k) => Bound::Excluded(k.clone()),
+            None => Bound::Included((ns.unwrap_or("").to_string(), String::new())),
+        };
+        let it = m.range((lower, Bound::Unbounded));
+        match ns {
+            Some(ns) => {
+                let ns = ns.to_string();
+                Box::new(it.take_while(move |(k, _)| k.0 == ns))
+            }
+            None => Box::new(it),
+        }
+    }
+
+    fn namespace_is_empty(&self, ns: &str) -> bool {
+        self.objects
+            .iter()
+            .filter(|(k, _)| !(k.group.is_empty() && k.plural == "namespaces"))
+            .all(|(_, m)| {
+                m.range((ns.to_string(), String::new())..)
+                    .next()
+                    .is_none_or(|(k, _)| k.0 != ns)
+            })
+    }
+}
+
+/// A write transaction over a plane's store. Dropped without [`Txn::commit`], it rolls back.
+pub struct Txn<'a> {
+    pub store: &'a mut Store,
+    pub registry: &'a Registry,
+    undo: Vec<(ResourceKey, ObjKey, Option<Arc<Value>>)>,
+    events: Vec<Arc<WatchEvent>>,
+    committed: bool,
+}
+
+fn key_of(obj: &Value) -> ObjKey {
+    (
+        meta::str_at(obj, "/metadata/namespace").to_string(),
+        meta::str_at(obj, "/metadata/name").to_string(),
+    )
+}
+
+pub fn namespaces_key() -> ResourceKey {
+    ResourceKey::new("", "namespaces")
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(store: &'a mut Store, registry: &'a Registry) -> Self {
+        Txn {
+            store,
+            registry,
+            undo: vec![],
+            events: vec![],
+            committed: false,
+        }
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.store.rv += 1;
+        self.store.rv
+    }
+
+    pub fn get(&self, res: &ResourceKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.store.get(res, ns, name).cloned()
+    }
+
+    /// Stores a fully prepared object under a fresh resourceVersion and records the event.
+    pub fn write(&mut self, res: &ResourceKey, mut obj: Value) -> Arc<Value> {
+        let rv = self.next_rv();
+        meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        let key = key_of(&obj);
+        let obj = Arc::new(obj);
+        let prev = self
+            .store
+            .objects
+            .entry(res.clone())
+            .or_default()
+            .insert(key.clone(), obj.clone());
+        let etype = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.undo.push((res.clone(), key, prev.clone()));
+        self.events.push(Arc::new(WatchEvent {
+            rv,
+            res: res.clone(),
+            etype,
+            obj: obj.clone(),
+            prev,
+        }));
+        obj
+    }
+
+    /// Removes an object; the DELETED event carries `last` under a fresh resourceVersion.
+    pub fn delete(&mut self, res: &ResourceKey, mut last: Value) -> Arc<Value> {
+        let rv = self.next_rv();
+        meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+        let key = key_of(&last);
+        let prev = self.store.objects.get_mut(res).and_then(|m| m.remove(&key));
+        self.undo.push((res.clone(), key.clone(), prev));
+        let last = Arc::new(last);
+        self.events.push(Arc::new(WatchEvent {
+            rv,
+            res: res.clone(),
+            etype: EventType::Deleted,
+            obj: last.clone(),
+            prev: None,
+        }));
+        if !key.0.is_empty() && *res != namespaces_key() {
+            self.finish_namespace_if_drained(&key.0);
+        }
+        last
+    }
+
+    /// A terminating namespace disappears once its last object has (the namespace controller's
+    /// job in a real cluster).
+    pub fn finish_namespace_if_drained(&mut self, ns: &str) {
+        let nk = namespaces_key();
+        let Some(nsobj) = self.get(&nk, "", ns) else {
+            return;
+        };
+        if nsobj.pointer("/metadata/deletionTimestamp").is_some()
+            && meta::finalizers(&nsobj).is_empty()
+            && self.store.namespace_is_empty(ns)
+        {
+            self.delete(&nk, (*nsobj).clone());
+        }
+    }
+
+    pub fn commit(mut self) {
+        self.committed = true;
+        let events = std::mem::take(&mut self.events);
+        for e in events {
+            self.store.history.push_back(e.clone());
+            // No receivers is normal (nobody watching); the event is still in history.
+            let _ = self.store.tx.send(e);
+        }
+        while self.store.history.len() > self.store.history_cap {
+            if let Some(e) = self.store.history.pop_front() {
+                self.store.compacted_through = e.rv;
+            }
+        }
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        for (res, key, prev) in self.undo.drain(..).rev() {
+            let m = self.store.objects.entry(res).or_default();
+            match prev {
+                Some(p) => {
+                    m.insert(key, p);
+                }
+                None => {
+                    m.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+impl PlaneTxn for Txn<'_> {
+    fn get(&self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.store
+            .get(res, namespace.unwrap_or(""), name)
+            .map(|v| (**v).clone())
+    }
+
+    fn list(&self, res: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
+        self.store
+            .range(res, namespace, None)
+            .map(|(_, v)| (**v).clone())
+            .collect()
+    }
+
+    fn put(&mut self, res: &ResourceKey, mut obj: Value) -> Value {
+        let key = key_of(&obj);
+        let has_status = self.registry.get(res).is_some_and(|d| d.has_status());
+        let old = self.store.get(res, &key.0, &key.1).cloned();
+        if let Some(def) = self.registry.get(res) {
+            let api_version = def.api_version(&def.preferred().name);
+            let o = obj.as_object_mut().expect("objects are JSON objects");
+            o.entry("apiVersion").or_insert(json!(api_version));
+            o.entry("kind").or_insert(json!(def.kind));
+        }
+        let m = meta::meta_mut(&mut obj);
+        match &old {
+            Some(old) => {
+                for f in ["uid", "creationTimestamp"] {
+                    if let Some(v) = old.pointer(&format!("/metadata/{f}")) {
+                        m.insert(f.into(), v.clone());
+                    }
+                }
+                let gen_old = old
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                m.insert("generation".into(), json!(gen_old));
+                if meta::spec_changed(old, &obj, has_status) {
+                    meta::meta_mut(&mut obj).insert("generation".into(), json!(gen_old + 1));
+                }
+            }
+            None => {
+                m.insert("uid".into(), json!(meta::new_uid()));
+                m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+                m.insert("generation".into(), json!(1));
+            }
+        }
+        (*self.write(res, obj)).clone()
+    }
+
+    fn remove(&mut self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let old = self.store.get(res, namespace.unwrap_or(""), name)?.clone();
+        Some((*self.delete(res, (*old).clone())).clone())
+    }
+}
