@@ -52,7 +52,11 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, obj: &Value) -> Result<()> {
     let Some(pool) = a.spec.pool_ref.as_ref().map(|r| r.name.clone()) else {
         return Ok(());
     };
-    if ctx.ix.remove(&pool, &store::claim_row_key(&ns, &name)).is_some() {
+    if ctx
+        .ix
+        .remove(&pool, &store::claim_row_key(&ns, &name))
+        .is_some()
+    {
         store::write_pool_status(ctx.txn, ctx.ix, &pool)?;
     }
     Ok(())

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 
 use egress_api::ipam::{
-    FAMILY_IPV4, FAMILY_IPV6, IPAllocation, IPClaim, IPClaimSpec, IPClass, IPPool, LocalRef, ObjectRef,
-    RECLAIM_DELETE, RECLAIM_RETAIN, Scope,
+    FAMILY_IPV4, FAMILY_IPV6, IPAllocation, IPClaim, IPClaimSpec, IPClass, IPPool, LocalRef,
+    ObjectRef, RECLAIM_DELETE, RECLAIM_RETAIN, Scope,
 };
 use serde_json::{Value, json};
 
@@ -12,8 +12,8 @@ use super::classes::{self, MAX_CHAIN_DEPTH, block_len, family_bits};
 use super::errors::{self, FieldError, Result};
 use super::index::{Block, Row, RowKind, Sync};
 use super::store::{
-    self, ALLOCATIONS, CLAIMS, CLASSES, LABEL_PROVISIONED_BY_CLASS, LABEL_SCOPE_DIGEST, POOLS, key, name_of,
-    namespace_of, typed,
+    self, ALLOCATIONS, CLAIMS, CLASSES, LABEL_PROVISIONED_BY_CLASS, LABEL_SCOPE_DIGEST, POOLS, key,
+    name_of, namespace_of, typed,
 };
 use super::{Ctx, digest, pools};
 
@@ -37,15 +37,24 @@ fn validate(name: &str, spec: &IPClaimSpec) -> Result<()> {
     }
     for (role, r) in &spec.scope {
         if role.is_empty() {
-            errs.push(FieldError::invalid("spec.scope", "scope has an entry with an empty role name"));
+            errs.push(FieldError::invalid(
+                "spec.scope",
+                "scope has an entry with an empty role name",
+            ));
         } else if r.kind.is_empty() {
-            errs.push(FieldError::invalid(&format!("spec.scope.{role}"), format!("scope role {role:?} has no kind")));
+            errs.push(FieldError::invalid(
+                &format!("spec.scope.{role}"),
+                format!("scope role {role:?} has no kind"),
+            ));
         }
     }
     if !["", RECLAIM_DELETE, RECLAIM_RETAIN].contains(&spec.reclaim_policy.as_str()) {
         errs.push(FieldError::not_supported(
             "spec.reclaimPolicy",
-            format!("{:?}: supported values: \"Delete\", \"Retain\"", spec.reclaim_policy),
+            format!(
+                "{:?}: supported values: \"Delete\", \"Retain\"",
+                spec.reclaim_policy
+            ),
         ));
     }
     errors::check(KIND, name, errs)?;
@@ -54,13 +63,25 @@ fn validate(name: &str, spec: &IPClaimSpec) -> Result<()> {
     // no family is held to IPv4's 32 bits, which is why clients asking for a /128 set IPv6.
     if let Some(n) = spec.prefix_length {
         if n <= 0 {
-            return Err(errors::prefix_length_rejected(format!("prefixLength must be greater than 0, got {n}")));
+            return Err(errors::prefix_length_rejected(format!(
+                "prefixLength must be greater than 0, got {n}"
+            )));
         }
-        let fam = if spec.ip_family.is_empty() { FAMILY_IPV4 } else { spec.ip_family.as_str() };
+        let fam = if spec.ip_family.is_empty() {
+            FAMILY_IPV4
+        } else {
+            spec.ip_family.as_str()
+        };
         let bits = family_bits(fam);
         if n > bits {
-            let why = if spec.ip_family.is_empty() { " (spec.ipFamily is unset, so the IPv4 bound applies)" } else { "" };
-            return Err(errors::prefix_length_rejected(format!("prefixLength {n} exceeds {bits} for {fam}{why}")));
+            let why = if spec.ip_family.is_empty() {
+                " (spec.ipFamily is unset, so the IPv4 bound applies)"
+            } else {
+                ""
+            };
+            return Err(errors::prefix_length_rejected(format!(
+                "prefixLength {n} exceeds {bits} for {fam}{why}"
+            )));
         }
     }
     Ok(())
@@ -68,7 +89,8 @@ fn validate(name: &str, spec: &IPClaimSpec) -> Result<()> {
 
 fn resolve_class(ctx: &Ctx<'_, '_>, spec: &IPClaimSpec) -> Result<IPClass> {
     if !spec.class_name.is_empty() {
-        return classes::get(ctx, &spec.class_name)?.ok_or_else(|| errors::class_not_found(&spec.class_name));
+        return classes::get(ctx, &spec.class_name)?
+            .ok_or_else(|| errors::class_not_found(&spec.class_name));
     }
     let mut defaults: Vec<(String, IPClass)> = Vec::new();
     for v in ctx.txn.list(&key(CLASSES), None) {
@@ -88,7 +110,13 @@ fn resolve_class(ctx: &Ctx<'_, '_>, spec: &IPClaimSpec) -> Result<IPClass> {
 /// Container classes only provision pools; other projects may use only consumer-facing classes.
 fn authorize_class(ctx: &Ctx<'_, '_>, class: &IPClass) -> Result<()> {
     let name = class.metadata.name.clone().unwrap_or_default();
-    let refuse = || errors::forbidden(CLASSES, &name, "caller may not claim addresses of this class");
+    let refuse = || {
+        errors::forbidden(
+            CLASSES,
+            &name,
+            "caller may not claim addresses of this class",
+        )
+    };
     if !class.spec.pool_per.is_empty() {
         return Err(refuse());
     }
@@ -101,7 +129,11 @@ fn authorize_class(ctx: &Ctx<'_, '_>, class: &IPClass) -> Result<()> {
     Ok(())
 }
 
-fn effective_prefix_length(class_name: &str, class: &IPClass, requested: Option<i32>) -> Result<u8> {
+fn effective_prefix_length(
+    class_name: &str,
+    class: &IPClass,
+    requested: Option<i32>,
+) -> Result<u8> {
     let s = &class.spec;
     let Some(n) = requested.or_else(|| block_len(s)) else {
         return Err(errors::prefix_length_rejected(format!(
@@ -109,11 +141,16 @@ fn effective_prefix_length(class_name: &str, class: &IPClass, requested: Option<
         )));
     };
     if n <= 0 {
-        return Err(errors::prefix_length_rejected(format!("prefixLength must be greater than 0, got {n}")));
+        return Err(errors::prefix_length_rejected(format!(
+            "prefixLength must be greater than 0, got {n}"
+        )));
     }
     let bits = family_bits(&s.ip_family);
     if n > bits {
-        return Err(errors::prefix_length_rejected(format!("prefixLength {n} exceeds {bits} for {}", s.ip_family)));
+        return Err(errors::prefix_length_rejected(format!(
+            "prefixLength {n} exceeds {bits} for {}",
+            s.ip_family
+        )));
     }
     if let Some(r) = &s.allowed_prefix_lengths {
         let (min, max) = (r.min.unwrap_or(0), r.max.unwrap_or(bits));
@@ -163,9 +200,9 @@ fn project_scope<'r>(scope: &Scope, roles: impl IntoIterator<Item = &'r String>)
 /// A pool serves a claim when every role the pool states is matched by the claim's scope.
 fn pool_serves(pool: &IPPool, scope: &Scope) -> bool {
     pool.spec.scope.iter().all(|(role, want)| {
-        scope
-            .get(role)
-            .is_some_and(|have| have.api_group == want.api_group && have.kind == want.kind && have.name == want.name)
+        scope.get(role).is_some_and(|have| {
+            have.api_group == want.api_group && have.kind == want.kind && have.name == want.name
+        })
     })
 }
 
@@ -180,8 +217,13 @@ fn resolve_pool(ctx: &mut Ctx<'_, '_>, chain: &[IPClass], scope: &Scope) -> Resu
     for v in ctx.txn.list(&key(POOLS), None) {
         let p: IPPool = typed(&v)?;
         let name = name_of(&v).to_string();
-        let Some(ix) = ctx.ix.pool(&name) else { continue };
-        if p.spec.class_names.contains(&root_name) && ix.block.family() == root.spec.ip_family && pool_serves(&p, scope) {
+        let Some(ix) = ctx.ix.pool(&name) else {
+            continue;
+        };
+        if p.spec.class_names.contains(&root_name)
+            && ix.block.family() == root.spec.ip_family
+            && pool_serves(&p, scope)
+        {
             candidates.push((name, ix.capacity().utilization_percent()));
         }
     }
@@ -190,7 +232,11 @@ fn resolve_pool(ctx: &mut Ctx<'_, '_>, chain: &[IPClass], scope: &Scope) -> Resu
         candidates.sort_by(|a, b| a.1.total_cmp(&b.1));
     }
     let Some((mut current, _)) = candidates.into_iter().next() else {
-        let via = if root_name == leaf_name { String::new() } else { format!(" (through its chain root \"{root_name}\")") };
+        let via = if root_name == leaf_name {
+            String::new()
+        } else {
+            format!(" (through its chain root \"{root_name}\")")
+        };
         return Err(errors::no_offering_pool(format!(
             "ipam: no pool offers this class: no {} IPPool lists class \"{leaf_name}\"{via} in spec.classNames and \
              serves the claim's scope",
@@ -219,7 +265,13 @@ fn provisioned_pool_name(class: &str, scope: &Scope, pool_digest: &str) -> Strin
     let mut s: String = base
         .to_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     s.truncate(253 - 9);
     let s = s.trim_end_matches(['-', '.']);
@@ -227,12 +279,20 @@ fn provisioned_pool_name(class: &str, scope: &Scope, pool_digest: &str) -> Strin
 }
 
 /// The pool `class` owns for `scope`, carved from `parent` on first use.
-fn provision(ctx: &mut Ctx<'_, '_>, class: &IPClass, parent: &str, scope: &Scope) -> Result<String> {
+fn provision(
+    ctx: &mut Ctx<'_, '_>,
+    class: &IPClass,
+    parent: &str,
+    scope: &Scope,
+) -> Result<String> {
     let class_name = class.metadata.name.clone().unwrap_or_default();
     let pool_digest = digest::pool(ctx.plane_project(), scope);
     let name = provisioned_pool_name(&class_name, scope, &pool_digest);
     if let Some(existing) = ctx.txn.get(&key(POOLS), None, &name) {
-        let by = existing.pointer(&format!("/metadata/labels/{}", LABEL_PROVISIONED_BY_CLASS.replace('/', "~1")));
+        let by = existing.pointer(&format!(
+            "/metadata/labels/{}",
+            LABEL_PROVISIONED_BY_CLASS.replace('/', "~1")
+        ));
         if by.and_then(Value::as_str) != Some(class_name.as_str()) {
             return Err(errors::internal(format!(
                 "IPPool \"{name}\" exists but was not provisioned by class \"{class_name}\""
@@ -246,12 +306,17 @@ fn provision(ctx: &mut Ctx<'_, '_>, class: &IPClass, parent: &str, scope: &Scope
         )));
     };
     let Some(pb) = ctx.ix.pool(parent).map(|p| p.block) else {
-        return Err(errors::bad_request(format!("IPPool \"{parent}\" not found")));
+        return Err(errors::bad_request(format!(
+            "IPPool \"{parent}\" not found"
+        )));
     };
     let block = match pools::carve(ctx, parent, &name, len) {
         Ok(b) => b,
         Err(e) if e.code == 507 => {
-            return Err(errors::ancestor_exhausted(parent, &format!("no free /{len} is left in {pb}")));
+            return Err(errors::ancestor_exhausted(
+                parent,
+                &format!("no free /{len} is left in {pb}"),
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -284,9 +349,18 @@ fn provision(ctx: &mut Ctx<'_, '_>, class: &IPClass, parent: &str, scope: &Scope
     let index = store::new_pool_index(&pool, block, Sync::AcceptNext)
         .map_err(|e| errors::bad_request(format!("ipam: invalid reservation: {e}")))?;
     ctx.ix.set_pool(&name, Some(index));
-    obj["status"] = pools::ready_status(ctx, &name, block, scope, &format!("CIDR {block} allocated from {parent}"));
+    obj["status"] = pools::ready_status(
+        ctx,
+        &name,
+        block,
+        scope,
+        &format!("CIDR {block} allocated from {parent}"),
+    );
     let stored = ctx.txn.put(&key(POOLS), obj);
-    let rv = stored.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
+    let rv = stored
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     ctx.ix.set_sync(&name, Sync::Rv(rv.to_string()));
     Ok(name)
 }
@@ -308,7 +382,10 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
     let spec = &claim.spec;
     validate(&name, spec)?;
     if ctx.txn.get(&key(CLAIMS), Some(&ns), &name).is_some() {
-        return Err(errors::claim_exists(&name, "an IPClaim of this name already exists in this namespace"));
+        return Err(errors::claim_exists(
+            &name,
+            "an IPClaim of this name already exists in this namespace",
+        ));
     }
 
     let class = resolve_class(ctx, spec)?;
@@ -324,10 +401,16 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
     let len = effective_prefix_length(&class_name, &class, spec.prefix_length)?;
     let missing = missing_roles(&spec.scope, &class.spec.unique_within);
     if !missing.is_empty() {
-        return Err(errors::scope_roles_missing(&missing, &format!("uniqueWithin (class \"{class_name}\")")));
+        return Err(errors::scope_roles_missing(
+            &missing,
+            &format!("uniqueWithin (class \"{class_name}\")"),
+        ));
     }
     let chain = ancestry(ctx, &class)?;
-    let missing = missing_roles(&spec.scope, chain.iter().flat_map(|c| c.spec.pool_per.iter()));
+    let missing = missing_roles(
+        &spec.scope,
+        chain.iter().flat_map(|c| c.spec.pool_per.iter()),
+    );
     if !missing.is_empty() {
         return Err(errors::scope_roles_missing(&missing, "poolPer"));
     }
@@ -340,7 +423,10 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
         return Err(match a.spec.claim_ref {
             Some(r) if !r.name.is_empty() => errors::claim_exists(
                 &name,
-                &format!("an allocation under this identity is already bound to IPClaim \"{}\"", r.name),
+                &format!(
+                    "an allocation under this identity is already bound to IPClaim \"{}\"",
+                    r.name
+                ),
             ),
             _ => errors::allocation_retained(&name, &alloc_name),
         });
@@ -360,11 +446,14 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
     store::write_pool_status(ctx.txn, ctx.ix, &pool)?;
 
     // Fixed now: release reads the allocation, never the claim, so a later edit changes nothing.
-    let policy = [spec.reclaim_policy.as_str(), class.spec.reclaim_policy.as_str()]
-        .into_iter()
-        .find(|p| !p.is_empty())
-        .unwrap_or(RECLAIM_DELETE)
-        .to_string();
+    let policy = [
+        spec.reclaim_policy.as_str(),
+        class.spec.reclaim_policy.as_str(),
+    ]
+    .into_iter()
+    .find(|p| !p.is_empty())
+    .unwrap_or(RECLAIM_DELETE)
+    .to_string();
     let owner = owner_ref(&tenant);
     let allocation = json!({
         "apiVersion": store::api_version(),
@@ -399,11 +488,22 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
 }
 
 /// The requested address, or the lowest free block of the pool in this address space.
-fn choose_block(ctx: &Ctx<'_, '_>, pool: &str, space: &str, len: u8, address: &str) -> Result<Block> {
-    let p = ctx.ix.pool(pool).ok_or_else(|| errors::bad_request(format!("IPPool \"{pool}\" not found")))?;
+fn choose_block(
+    ctx: &Ctx<'_, '_>,
+    pool: &str,
+    space: &str,
+    len: u8,
+    address: &str,
+) -> Result<Block> {
+    let p = ctx
+        .ix
+        .pool(pool)
+        .ok_or_else(|| errors::bad_request(format!("IPPool \"{pool}\" not found")))?;
     if address.is_empty() {
         return p.find_for_claim(space, len).ok_or_else(|| {
-            let largest = p.largest_free_for_claim(space).map_or("none".to_string(), |l| format!("/{l}"));
+            let largest = p
+                .largest_free_for_claim(space)
+                .map_or("none".to_string(), |l| format!("/{l}"));
             let util = p.capacity().utilization_percent();
             errors::exhausted(
                 pool,
@@ -411,10 +511,20 @@ fn choose_block(ctx: &Ctx<'_, '_>, pool: &str, space: &str, len: u8, address: &s
             )
         });
     }
-    let text = if address.contains('/') { address.to_string() } else { format!("{address}/{len}") };
+    let text = if address.contains('/') {
+        address.to_string()
+    } else {
+        format!("{address}/{len}")
+    };
     let block = Block::parse(&text).map_err(|_| {
-        let what = if address.contains('/') { "a CIDR" } else { "an IP address" };
-        errors::bad_request(format!("ipam: invalid address: \"{address}\" is not {what}"))
+        let what = if address.contains('/') {
+            "a CIDR"
+        } else {
+            "an IP address"
+        };
+        errors::bad_request(format!(
+            "ipam: invalid address: \"{address}\" is not {what}"
+        ))
     })?;
     if !p.block.contains(&block) {
         return Err(errors::bad_request(format!(
@@ -422,7 +532,12 @@ fn choose_block(ctx: &Ctx<'_, '_>, pool: &str, space: &str, len: u8, address: &s
         )));
     }
     if !p.is_free_for_claim(space, &block) {
-        return Err(errors::conflict(CLAIMS, "", &format!("ipam: address already allocated: {block}"), Vec::new()));
+        return Err(errors::conflict(
+            CLAIMS,
+            "",
+            &format!("ipam: address already allocated: {block}"),
+            Vec::new(),
+        ));
     }
     Ok(block)
 }
@@ -456,7 +571,10 @@ pub fn update(_ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()
     if !["", RECLAIM_DELETE, RECLAIM_RETAIN].contains(&n.spec.reclaim_policy.as_str()) {
         errs.push(FieldError::not_supported(
             "spec.reclaimPolicy",
-            format!("{:?}: supported values: \"Delete\", \"Retain\"", n.spec.reclaim_policy),
+            format!(
+                "{:?}: supported values: \"Delete\", \"Retain\"",
+                n.spec.reclaim_policy
+            ),
         ));
     }
     errors::check(KIND, &name, errs)
@@ -475,7 +593,12 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, obj: &Value) -> Result<()> {
     if a.spec.claim_ref.as_ref().is_none_or(|r| r.name != name) {
         return Ok(());
     }
-    let pool = a.spec.pool_ref.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+    let pool = a
+        .spec
+        .pool_ref
+        .as_ref()
+        .map(|r| r.name.clone())
+        .unwrap_or_default();
     if a.spec.reclaim_policy == RECLAIM_RETAIN {
         alloc_obj["spec"]
             .as_object_mut()
@@ -499,7 +622,11 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, obj: &Value) -> Result<()> {
         return Ok(());
     }
     ctx.txn.remove(&key(ALLOCATIONS), Some(&ns), &alloc_name);
-    if ctx.ix.remove(&pool, &store::claim_row_key(&ns, &alloc_name)).is_some() {
+    if ctx
+        .ix
+        .remove(&pool, &store::claim_row_key(&ns, &alloc_name))
+        .is_some()
+    {
         store::write_pool_status(ctx.txn, ctx.ix, &pool)?;
     }
     Ok(())

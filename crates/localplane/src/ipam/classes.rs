@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use egress_api::ipam::{FAMILY_IPV4, FAMILY_IPV6, IPClass, IPClassSpec, RECLAIM_DELETE, RECLAIM_RETAIN};
+use egress_api::ipam::{
+    FAMILY_IPV4, FAMILY_IPV6, IPClass, IPClassSpec, RECLAIM_DELETE, RECLAIM_RETAIN,
+};
 use serde_json::{Value, json};
 
 use super::Ctx;
@@ -36,16 +38,25 @@ pub fn is_default(class: &IPClass) -> bool {
 }
 
 pub fn get(ctx: &Ctx<'_, '_>, name: &str) -> Result<Option<IPClass>> {
-    ctx.txn.get(&key(CLASSES), None, name).map(|v| typed(&v)).transpose()
+    ctx.txn
+        .get(&key(CLASSES), None, name)
+        .map(|v| typed(&v))
+        .transpose()
 }
 
 fn validate_roles(field: &str, roles: &[String], errs: &mut Vec<FieldError>) {
     let mut seen = BTreeSet::new();
     for (i, r) in roles.iter().enumerate() {
         if r.is_empty() {
-            errs.push(FieldError::invalid(&format!("spec.{field}[{i}]"), "a scope role must not be empty"));
+            errs.push(FieldError::invalid(
+                &format!("spec.{field}[{i}]"),
+                "a scope role must not be empty",
+            ));
         } else if !seen.insert(r) {
-            errs.push(FieldError::invalid(&format!("spec.{field}[{i}]"), format!("duplicate role {r:?}")));
+            errs.push(FieldError::invalid(
+                &format!("spec.{field}[{i}]"),
+                format!("duplicate role {r:?}"),
+            ));
         }
     }
 }
@@ -64,18 +75,28 @@ fn validate_own(name: &str, class: &IPClass, errs: &mut Vec<FieldError>) {
         )),
     }
     if s.parent_class_name == name {
-        errs.push(FieldError::invalid("spec.parentClassName", "a class may not be its own parent"));
+        errs.push(FieldError::invalid(
+            "spec.parentClassName",
+            "a class may not be its own parent",
+        ));
     }
     validate_roles("poolPer", &s.pool_per, errs);
     validate_roles("uniqueWithin", &s.unique_within, errs);
 
     let bits = family_bits(&s.ip_family);
-    let fam = if s.ip_family.is_empty() { FAMILY_IPV6 } else { s.ip_family.as_str() };
+    let fam = if s.ip_family.is_empty() {
+        FAMILY_IPV6
+    } else {
+        s.ip_family.as_str()
+    };
     let fits = |field: &str, v: Option<i32>, errs: &mut Vec<FieldError>| {
         if let Some(v) = v
             && !(0..=bits).contains(&v)
         {
-            errs.push(FieldError::invalid(field, format!("{v} does not fit {fam}: must be in [0, {bits}]")));
+            errs.push(FieldError::invalid(
+                field,
+                format!("{v} does not fit {fam}: must be in [0, {bits}]"),
+            ));
         }
     };
     let range = s.allowed_prefix_lengths.clone().unwrap_or_default();
@@ -109,23 +130,44 @@ fn validate_own(name: &str, class: &IPClass, errs: &mut Vec<FieldError>) {
         ));
     }
     for (field, v, allowed) in [
-        ("reclaimPolicy", &s.reclaim_policy, &["", RECLAIM_DELETE, RECLAIM_RETAIN][..]),
-        ("strategy", &s.strategy, &["", "FirstFit", "LeastUtilized"][..]),
+        (
+            "reclaimPolicy",
+            &s.reclaim_policy,
+            &["", RECLAIM_DELETE, RECLAIM_RETAIN][..],
+        ),
+        (
+            "strategy",
+            &s.strategy,
+            &["", "FirstFit", "LeastUtilized"][..],
+        ),
         ("visibility", &s.visibility, &super::pools::VISIBILITIES[..]),
     ] {
         if !allowed.contains(&v.as_str()) {
-            errs.push(FieldError::not_supported(&format!("spec.{field}"), format!("{v:?}")));
+            errs.push(FieldError::not_supported(
+                &format!("spec.{field}"),
+                format!("{v:?}"),
+            ));
         }
     }
     if let Some(r) = &s.routing {
         if !["", "None", "Host"].contains(&r.internal.as_str()) {
-            errs.push(FieldError::not_supported("spec.routing.internal", format!("{:?}", r.internal)));
+            errs.push(FieldError::not_supported(
+                "spec.routing.internal",
+                format!("{:?}", r.internal),
+            ));
         }
         if !["", "None", "Aggregate"].contains(&r.external.as_str()) {
-            errs.push(FieldError::not_supported("spec.routing.external", format!("{:?}", r.external)));
+            errs.push(FieldError::not_supported(
+                "spec.routing.external",
+                format!("{:?}", r.external),
+            ));
         }
     }
-    if let Some(v) = class.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_DEFAULT_CLASS))
+    if let Some(v) = class
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_DEFAULT_CLASS))
         && v != "true"
         && v != "false"
     {
@@ -137,7 +179,12 @@ fn validate_own(name: &str, class: &IPClass, errs: &mut Vec<FieldError>) {
 }
 
 /// Rules that read the rest of the catalog: the parent chain and the default marker.
-fn validate_catalog(ctx: &Ctx<'_, '_>, name: &str, class: &IPClass, errs: &mut Vec<FieldError>) -> Result<()> {
+fn validate_catalog(
+    ctx: &Ctx<'_, '_>,
+    name: &str,
+    class: &IPClass,
+    errs: &mut Vec<FieldError>,
+) -> Result<()> {
     let s = &class.spec;
     if !s.parent_class_name.is_empty() && s.parent_class_name != name {
         match get(ctx, &s.parent_class_name)? {
@@ -172,7 +219,10 @@ fn validate_catalog(ctx: &Ctx<'_, '_>, name: &str, class: &IPClass, errs: &mut V
                 while !next.is_empty() {
                     depth += 1;
                     if next == name {
-                        errs.push(FieldError::invalid("spec.parentClassName", "the class chain has a cycle"));
+                        errs.push(FieldError::invalid(
+                            "spec.parentClassName",
+                            "the class chain has a cycle",
+                        ));
                         break;
                     }
                     if depth > MAX_CHAIN_DEPTH {
@@ -182,7 +232,9 @@ fn validate_catalog(ctx: &Ctx<'_, '_>, name: &str, class: &IPClass, errs: &mut V
                         ));
                         break;
                     }
-                    next = get(ctx, &next)?.map(|c| c.spec.parent_class_name).unwrap_or_default();
+                    next = get(ctx, &next)?
+                        .map(|c| c.spec.parent_class_name)
+                        .unwrap_or_default();
                 }
             }
         }
@@ -193,7 +245,11 @@ fn validate_catalog(ctx: &Ctx<'_, '_>, name: &str, class: &IPClass, errs: &mut V
             if name_of(&other) != name && o.spec.ip_family == s.ip_family && is_default(&o) {
                 errs.push(FieldError::invalid(
                     &format!("metadata.annotations[{ANNOTATION_DEFAULT_CLASS}]"),
-                    format!("class {:?} is already the default for {}", name_of(&other), s.ip_family),
+                    format!(
+                        "class {:?} is already the default for {}",
+                        name_of(&other),
+                        s.ip_family
+                    ),
                 ));
             }
         }
@@ -248,21 +304,41 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPClass = typed(old)?;
     let n: IPClass = typed(new)?;
     let mut errs = Vec::new();
-    let fixed = |field: &str, why: &str| FieldError::forbidden(&format!("spec.{field}"), format!("spec.{field} is immutable: {why}"));
+    let fixed = |field: &str, why: &str| {
+        FieldError::forbidden(
+            &format!("spec.{field}"),
+            format!("spec.{field} is immutable: {why}"),
+        )
+    };
     if o.spec.ip_family != n.spec.ip_family {
-        errs.push(fixed("ipFamily", "pools and allocations of this class are of this family"));
+        errs.push(fixed(
+            "ipFamily",
+            "pools and allocations of this class are of this family",
+        ));
     }
     if o.spec.parent_class_name != n.spec.parent_class_name {
-        errs.push(fixed("parentClassName", "this class's pools were carved from the parent's"));
+        errs.push(fixed(
+            "parentClassName",
+            "this class's pools were carved from the parent's",
+        ));
     }
     if o.spec.unique_within != n.spec.unique_within {
-        errs.push(fixed("uniqueWithin", "it defines the address spaces existing allocations live in"));
+        errs.push(fixed(
+            "uniqueWithin",
+            "it defines the address spaces existing allocations live in",
+        ));
     }
     if o.spec.pool_per != n.spec.pool_per {
-        errs.push(fixed("poolPer", "it defines the identity of the pools this class has provisioned"));
+        errs.push(fixed(
+            "poolPer",
+            "it defines the identity of the pools this class has provisioned",
+        ));
     }
     if o.spec.provisioner != n.spec.provisioner {
-        errs.push(fixed("provisioner", "the pools of this class were provisioned by it"));
+        errs.push(fixed(
+            "provisioner",
+            "the pools of this class were provisioned by it",
+        ));
     }
     validate_own(&name, &n, &mut errs);
     if errs.is_empty() {

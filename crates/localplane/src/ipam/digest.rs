@@ -80,8 +80,14 @@ mod tests {
 
     #[test]
     fn allocation_names_match_the_service() {
-        assert_eq!(allocation_name("default", "claim-1"), "alloc-571e39a74f813477");
-        assert_eq!(allocation_name("default", "eth0-f-ipv4"), "alloc-b187c9404165d5a1");
+        assert_eq!(
+            allocation_name("default", "claim-1"),
+            "alloc-571e39a74f813477"
+        );
+        assert_eq!(
+            allocation_name("default", "eth0-f-ipv4"),
+            "alloc-b187c9404165d5a1"
+        );
         assert_eq!(allocation_name("ns-1", "claim-a"), "alloc-2c010f5e729224c9");
     }
 

@@ -3,8 +3,8 @@
 //! (Go's `StatusCause.Type`), never in `status.reason`.
 
 use egress_api::ipam::{GROUP, reasons};
-use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::Status;
+use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 
 pub(crate) type Refusal = Box<Status>;
 pub(crate) type Result<T> = std::result::Result<T, Refusal>;
@@ -111,7 +111,13 @@ pub(crate) fn invalid(kind: &str, name: &str, errors: Vec<FieldError>) -> Refusa
     };
     let causes = errors
         .iter()
-        .map(|e| cause(e.kind.cause_reason(), format!("{}: {}", e.kind.label(), e.detail), &e.field))
+        .map(|e| {
+            cause(
+                e.kind.cause_reason(),
+                format!("{}: {}", e.kind.label(), e.detail),
+                &e.field,
+            )
+        })
         .collect();
     status(
         422,
@@ -147,7 +153,12 @@ pub(crate) fn forbidden(plural: &str, name: &str, msg: &str) -> Refusal {
     } else {
         format!("{plural}.{GROUP} \"{name}\" is forbidden: {msg}")
     };
-    status(403, "Forbidden", message, Some(details(name, plural, Vec::new())))
+    status(
+        403,
+        "Forbidden",
+        message,
+        Some(details(name, plural, Vec::new())),
+    )
 }
 
 pub(crate) fn method_not_allowed(plural: &str, msg: &str) -> Refusal {
@@ -160,7 +171,12 @@ pub(crate) fn method_not_allowed(plural: &str, msg: &str) -> Refusal {
 }
 
 pub(crate) fn internal(msg: String) -> Refusal {
-    status(500, "InternalError", format!("Internal error occurred: {msg}"), None)
+    status(
+        500,
+        "InternalError",
+        format!("Internal error occurred: {msg}"),
+        None,
+    )
 }
 
 /// A plain 400 with no IPAM reason, for refusals the taxonomy has no type for.
@@ -177,7 +193,10 @@ fn ipam_bad_request(reason: &str, msg: String) -> Refusal {
 }
 
 pub(crate) fn class_not_found(class: &str) -> Refusal {
-    ipam_bad_request(reasons::CLASS_NOT_FOUND, format!("ipam: class not found: \"{class}\""))
+    ipam_bad_request(
+        reasons::CLASS_NOT_FOUND,
+        format!("ipam: class not found: \"{class}\""),
+    )
 }
 
 pub(crate) fn no_default_class(family: &str) -> Refusal {
@@ -209,7 +228,10 @@ pub(crate) fn no_project_scope(plural: &str) -> Refusal {
 pub(crate) fn scope_roles_missing(roles: &[String], required_by: &str) -> Refusal {
     let quoted: Vec<String> = roles.iter().map(|r| format!("\"{r}\"")).collect();
     let noun = if roles.len() == 1 { "role" } else { "roles" };
-    let msg = format!("scope is missing {noun} {} required by {required_by}", quoted.join(", "));
+    let msg = format!(
+        "scope is missing {noun} {} required by {required_by}",
+        quoted.join(", ")
+    );
     let causes = roles
         .iter()
         .map(|r| {
@@ -229,15 +251,27 @@ pub(crate) fn scope_roles_missing(roles: &[String], required_by: &str) -> Refusa
 pub(crate) fn exhausted(pool: &str, detail: &str) -> Refusal {
     let msg = format!("IPPool \"{pool}\" is exhausted: {detail}");
     let causes = vec![cause(reasons::EXHAUSTED, msg.clone(), "")];
-    status(507, "InsufficientStorage", msg, Some(details(pool, "ippools", causes)))
+    status(
+        507,
+        "InsufficientStorage",
+        msg,
+        Some(details(pool, "ippools", causes)),
+    )
 }
 
 /// 507 for an ancestor that ran out while provisioning the cascade; the taxonomy leaves the
 /// pool name out here because the claimant never named (or could name) that pool.
 pub(crate) fn ancestor_exhausted(pool: &str, detail: &str) -> Refusal {
-    let msg = format!("IPPool \"{pool}\" is exhausted while provisioning a pool for this claim: {detail}");
+    let msg = format!(
+        "IPPool \"{pool}\" is exhausted while provisioning a pool for this claim: {detail}"
+    );
     let causes = vec![cause(reasons::EXHAUSTED, msg.clone(), "")];
-    status(507, "InsufficientStorage", msg, Some(details("", "ippools", causes)))
+    status(
+        507,
+        "InsufficientStorage",
+        msg,
+        Some(details("", "ippools", causes)),
+    )
 }
 
 pub(crate) fn claim_exists(claim: &str, detail: &str) -> Refusal {

@@ -67,7 +67,10 @@ impl Block {
     }
 
     pub fn contains(&self, other: &Block) -> bool {
-        self.v6 == other.v6 && other.len >= self.len && other.start >= self.start && other.last() <= self.last()
+        self.v6 == other.v6
+            && other.len >= self.len
+            && other.start >= self.start
+            && other.last() <= self.last()
     }
 
     pub fn overlaps(&self, other: &Block) -> bool {
@@ -388,7 +391,10 @@ impl PoolIndex {
                 let t = self.seeded_space();
                 self.spaces.insert(row.digest.clone(), t);
             }
-            self.spaces.get_mut(&row.digest).expect("seeded").insert(&row.block);
+            self.spaces
+                .get_mut(&row.digest)
+                .expect("seeded")
+                .insert(&row.block);
         } else {
             for t in self.spaces.values_mut() {
                 t.insert(&row.block);
@@ -453,7 +459,12 @@ impl PoolIndex {
 
     /// Rows other than reservations: what keeps a pool from being deleted.
     pub fn active_rows(&self) -> usize {
-        self.rows.len() - self.rows.values().filter(|r| r.kind == RowKind::Reservation).count()
+        self.rows.len()
+            - self
+                .rows
+                .values()
+                .filter(|r| r.kind == RowKind::Reservation)
+                .count()
     }
 
     pub fn capacity(&self) -> Capacity {
@@ -493,10 +504,23 @@ pub struct Index {
 }
 
 enum Undo {
-    Inserted { pool: String, key: String },
-    Removed { pool: String, key: String, row: Row },
-    PoolSet { name: String, prev: Option<PoolIndex> },
-    Sync { pool: String, prev: Sync },
+    Inserted {
+        pool: String,
+        key: String,
+    },
+    Removed {
+        pool: String,
+        key: String,
+        row: Row,
+    },
+    PoolSet {
+        name: String,
+        prev: Option<PoolIndex>,
+    },
+    Sync {
+        pool: String,
+        prev: Sync,
+    },
 }
 
 /// Changes to the index made during one request, undone if the request is refused so the index
@@ -508,7 +532,10 @@ pub struct IndexTxn<'a> {
 
 impl<'a> IndexTxn<'a> {
     pub fn new(ix: &'a mut Index) -> Self {
-        Self { ix, undo: Vec::new() }
+        Self {
+            ix,
+            undo: Vec::new(),
+        }
     }
 
     pub fn index(&self) -> &Index {
@@ -521,7 +548,10 @@ impl<'a> IndexTxn<'a> {
 
     /// Replaces the whole index; only valid before this request changed anything.
     pub fn replace(&mut self, ix: Index) {
-        assert!(self.undo.is_empty(), "rebuild after changes in the same request");
+        assert!(
+            self.undo.is_empty(),
+            "rebuild after changes in the same request"
+        );
         *self.ix = ix;
     }
 
@@ -665,8 +695,14 @@ mod tests {
             digest: d.into(),
         };
         p.insert_row("a".into(), claim("10.0.0.0/32", "net-a"));
-        assert_eq!(p.find_for_claim("net-b", 32).unwrap().to_string(), "10.0.0.0/32");
-        assert_eq!(p.find_for_claim("net-a", 32).unwrap().to_string(), "10.0.0.1/32");
+        assert_eq!(
+            p.find_for_claim("net-b", 32).unwrap().to_string(),
+            "10.0.0.0/32"
+        );
+        assert_eq!(
+            p.find_for_claim("net-a", 32).unwrap().to_string(),
+            "10.0.0.1/32"
+        );
         assert_eq!(p.find_exclusive(30).unwrap().to_string(), "10.0.0.4/30");
         p.insert_row(
             "carve".into(),
@@ -677,17 +713,26 @@ mod tests {
             },
         );
         p.insert_row("b".into(), claim("10.0.0.1/32", "net-b"));
-        assert_eq!(p.find_for_claim("net-b", 30).unwrap().to_string(), "10.0.0.8/30");
+        assert_eq!(
+            p.find_for_claim("net-b", 30).unwrap().to_string(),
+            "10.0.0.8/30"
+        );
         assert_eq!(p.capacity().allocated, 6);
         assert_eq!(p.active_rows(), 3);
         p.remove_row("carve");
-        assert_eq!(p.find_for_claim("net-c", 30).unwrap().to_string(), "10.0.0.0/30");
+        assert_eq!(
+            p.find_for_claim("net-c", 30).unwrap().to_string(),
+            "10.0.0.0/30"
+        );
     }
 
     #[test]
     fn rollback_restores_rows_and_pools() {
         let mut ix = Index::default();
-        ix.pools.insert("p".into(), PoolIndex::new(b("10.0.0.0/24"), Sync::Rv("1".into())));
+        ix.pools.insert(
+            "p".into(),
+            PoolIndex::new(b("10.0.0.0/24"), Sync::Rv("1".into())),
+        );
         let row = Row {
             block: b("10.0.0.0/32"),
             kind: RowKind::Claim,
@@ -697,7 +742,10 @@ mod tests {
             let mut tx = IndexTxn::new(&mut ix);
             tx.insert("p", "k", row.clone());
             tx.set_sync("p", Sync::Rv("2".into()));
-            tx.set_pool("q", Some(PoolIndex::new(b("10.1.0.0/24"), Sync::AcceptNext)));
+            tx.set_pool(
+                "q",
+                Some(PoolIndex::new(b("10.1.0.0/24"), Sync::AcceptNext)),
+            );
             tx.rollback();
         }
         assert!(ix.pools["p"].row("k").is_none());
@@ -722,7 +770,10 @@ mod tests {
             );
         }
         p.remove_row("k4242");
-        assert_eq!(p.find_for_claim("d", 128).unwrap().start - p.block.start, 4242);
+        assert_eq!(
+            p.find_for_claim("d", 128).unwrap().start - p.block.start,
+            4242
+        );
         assert_eq!(p.capacity().allocated, 99_999);
     }
 }

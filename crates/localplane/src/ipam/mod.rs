@@ -23,7 +23,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::Status;
@@ -45,12 +45,41 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 /// The resources [`IpamHooks`] governs.
 pub fn resources() -> Vec<ResourceKey> {
-    [POOLS, CLASSES, CLAIMS, ALLOCATIONS].iter().map(|p| store::key(p)).collect()
+    [POOLS, CLASSES, CLAIMS, ALLOCATIONS]
+        .iter()
+        .map(|p| store::key(p))
+        .collect()
+}
+
+/// Serves IPAM on every project plane the builder makes (including ones added later): the four
+/// kinds from their CRDs, each plane with its own [`IpamHooks`]. `platform_project` names the
+/// project that holds the class catalog.
+pub fn install(builder: crate::LocalPlaneBuilder, platform_project: impl Into<String>) -> crate::LocalPlaneBuilder {
+    let platform = platform_project.into();
+    builder
+        .project_crds(crds())
+        .on_project(move |plane| register(plane, &platform))
+}
+
+/// Adds IPAM's hooks to one plane that already serves the IPAM CRDs.
+pub fn register(plane: &crate::Plane, platform_project: &str) {
+    let hooks = match plane.project() {
+        Some(p) => IpamHooks::new(p, platform_project),
+        None => IpamHooks::unscoped(platform_project),
+    };
+    plane.add_hooks(Arc::new(hooks));
+}
+
+impl crate::LocalPlaneBuilder {
+    /// Serves Milo IPAM on every project plane; see [`install`].
+    pub fn ipam(self, platform_project: impl Into<String>) -> Self {
+        install(self, platform_project)
+    }
 }
 
 /// IPAM for one project plane.
 pub struct IpamHooks {
-    project: String,
+    project: Option<String>,
     platform_project: String,
     index: Mutex<Index>,
 }
@@ -60,14 +89,24 @@ impl IpamHooks {
     /// whose callers pass the class visibility gate.
     pub fn new(project: impl Into<String>, platform_project: impl Into<String>) -> Self {
         Self {
-            project: project.into(),
+            project: Some(project.into()),
             platform_project: platform_project.into(),
             index: Mutex::new(Index::default()),
         }
     }
 
-    pub fn project(&self) -> &str {
-        &self.project
+    /// For a plane that belongs to no project (the cell): every write is refused with
+    /// `NoProjectScope`, as the service refuses untenanted writes.
+    pub fn unscoped(platform_project: impl Into<String>) -> Self {
+        Self {
+            project: None,
+            platform_project: platform_project.into(),
+            index: Mutex::new(Index::default()),
+        }
+    }
+
+    pub fn project(&self) -> Option<&str> {
+        self.project.as_deref()
     }
 
     /// Runs one hook with the index locked, undoing its index changes when the request is refused
@@ -120,21 +159,23 @@ pub(crate) struct Ctx<'a, 'b> {
 }
 
 impl Ctx<'_, '_> {
-    /// The caller's project; every IPAM write is tenanted.
+    /// The caller's project; every IPAM write is tenanted. The plane's own in-process admin
+    /// writes (manifests loaded at start) carry no project and act for the plane's project.
     pub fn tenant(&self) -> Result<String> {
-        match self.caller.project.as_deref() {
-            Some(p) if !p.is_empty() => Ok(p.to_string()),
+        match (self.caller.project.as_deref(), self.hooks.project.as_deref()) {
+            (Some(p), _) if !p.is_empty() => Ok(p.to_string()),
+            (None, Some(p)) if self.caller.groups.iter().any(|g| g == "system:masters") => Ok(p.to_string()),
             _ => Err(errors::no_project_scope(self.plural)),
         }
     }
 
     pub fn is_platform(&self) -> bool {
-        self.caller.project.as_deref() == Some(self.hooks.platform_project.as_str())
+        self.tenant().is_ok_and(|t| t == self.hooks.platform_project)
     }
 
     /// The project the plane's own objects (pools) belong to.
     pub fn plane_project(&self) -> &str {
-        &self.hooks.project
+        self.hooks.project.as_deref().unwrap_or("")
     }
 }
 

@@ -14,13 +14,18 @@ pub const STRATEGIES: [&str; 3] = ["FirstFit", "BestFit", "LeastUtilized"];
 pub const VISIBILITIES: [&str; 4] = ["", "platform", "consumer", "shared"];
 
 fn is_root(spec: &IPPoolSpec) -> bool {
-    spec.parent_pool_ref.as_ref().is_none_or(|r| r.name.is_empty())
+    spec.parent_pool_ref
+        .as_ref()
+        .is_none_or(|r| r.name.is_empty())
 }
 
 /// Field rules shared by create and update.
 fn validate_common(spec: &IPPoolSpec, errs: &mut Vec<FieldError>) {
     if let Some(a) = &spec.allocation {
-        for (field, v) in [("minPrefixLength", a.min_prefix_length), ("maxPrefixLength", a.max_prefix_length)] {
+        for (field, v) in [
+            ("minPrefixLength", a.min_prefix_length),
+            ("maxPrefixLength", a.max_prefix_length),
+        ] {
             if let Some(v) = v
                 && !(0..=128).contains(&v)
             {
@@ -41,50 +46,74 @@ fn validate_common(spec: &IPPoolSpec, errs: &mut Vec<FieldError>) {
         if !a.strategy.is_empty() && !STRATEGIES.contains(&a.strategy.as_str()) {
             errs.push(FieldError::not_supported(
                 "spec.allocation.strategy",
-                format!("{:?}: supported values: \"FirstFit\", \"BestFit\", \"LeastUtilized\"", a.strategy),
+                format!(
+                    "{:?}: supported values: \"FirstFit\", \"BestFit\", \"LeastUtilized\"",
+                    a.strategy
+                ),
             ));
         }
     }
     if !VISIBILITIES.contains(&spec.visibility.as_str()) {
         errs.push(FieldError::not_supported(
             "spec.visibility",
-            format!("{:?}: supported values: \"platform\", \"consumer\", \"shared\"", spec.visibility),
+            format!(
+                "{:?}: supported values: \"platform\", \"consumer\", \"shared\"",
+                spec.visibility
+            ),
         ));
     }
     if spec.max_retention_lease.starts_with('-') || spec.max_retention_lease.starts_with('0') {
         errs.push(FieldError::invalid(
             "spec.maxRetentionLease",
-            format!("{:?}: a retention lease must be positive", spec.max_retention_lease),
+            format!(
+                "{:?}: a retention lease must be positive",
+                spec.max_retention_lease
+            ),
         ));
     }
     if spec.scope.keys().any(String::is_empty) {
-        errs.push(FieldError::invalid("spec.scope", "scope has an entry with an empty role name"));
+        errs.push(FieldError::invalid(
+            "spec.scope",
+            "scope has an entry with an empty role name",
+        ));
     }
 }
 
 /// Checks a root pool's own range; returns it when valid.
 fn validate_root(spec: &IPPoolSpec, errs: &mut Vec<FieldError>) -> Option<Block> {
     let block = if spec.cidr.is_empty() {
-        errs.push(FieldError::required("spec.cidr", "cidr is required for root pools"));
+        errs.push(FieldError::required(
+            "spec.cidr",
+            "cidr is required for root pools",
+        ));
         None
     } else {
         match Block::parse(&spec.cidr) {
             Ok(b) => Some(b),
             Err(e) => {
-                errs.push(FieldError::invalid("spec.cidr", format!("invalid CIDR: {e}")));
+                errs.push(FieldError::invalid(
+                    "spec.cidr",
+                    format!("invalid CIDR: {e}"),
+                ));
                 None
             }
         }
     };
     match spec.ip_family.as_str() {
-        "" => errs.push(FieldError::required("spec.ipFamily", "ipFamily is required for root pools")),
+        "" => errs.push(FieldError::required(
+            "spec.ipFamily",
+            "ipFamily is required for root pools",
+        )),
         FAMILY_IPV4 | FAMILY_IPV6 => {
             if let Some(b) = block
                 && b.family() != spec.ip_family
             {
                 errs.push(FieldError::invalid(
                     "spec.ipFamily",
-                    format!("ipFamily {} does not match cidr {}", spec.ip_family, spec.cidr),
+                    format!(
+                        "ipFamily {} does not match cidr {}",
+                        spec.ip_family, spec.cidr
+                    ),
                 ));
             }
         }
@@ -116,16 +145,26 @@ fn validate_child(spec: &IPPoolSpec, errs: &mut Vec<FieldError>) {
         ));
     }
     match spec.prefix_length {
-        None => errs.push(FieldError::required("spec.prefixLength", "prefixLength is required for child pools")),
-        Some(n) if !(1..=128).contains(&n) => {
-            errs.push(FieldError::invalid("spec.prefixLength", format!("{n}: must be in [1, 128]")))
-        }
+        None => errs.push(FieldError::required(
+            "spec.prefixLength",
+            "prefixLength is required for child pools",
+        )),
+        Some(n) if !(1..=128).contains(&n) => errs.push(FieldError::invalid(
+            "spec.prefixLength",
+            format!("{n}: must be in [1, 128]"),
+        )),
         Some(_) => {}
     }
 }
 
 /// The status a pool with a range carries.
-pub fn ready_status(ctx: &Ctx<'_, '_>, name: &str, block: Block, scope: &Scope, message: &str) -> Value {
+pub fn ready_status(
+    ctx: &Ctx<'_, '_>,
+    name: &str,
+    block: Block,
+    scope: &Scope,
+    message: &str,
+) -> Value {
     let mut obj = json!({
         "status": {
             "phase": "Ready",
@@ -158,14 +197,23 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
     // The plane would refuse this as AlreadyExists after the hook; refusing here keeps the index
     // from briefly describing a pool that was never stored.
     if ctx.txn.get(&key(POOLS), None, &name).is_some() {
-        return Err(errors::conflict(POOLS, &name, "an IPPool of this name already exists", Vec::new()));
+        return Err(errors::conflict(
+            POOLS,
+            &name,
+            "an IPPool of this name already exists",
+            Vec::new(),
+        ));
     }
 
     let (block, message) = if let Some(block) = root_block {
         refuse_root_overlap(ctx, &name, block)?;
         (block, "IPPool is ready for allocation".to_string())
     } else {
-        let parent = spec.parent_pool_ref.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+        let parent = spec
+            .parent_pool_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .unwrap_or_default();
         let len = spec.prefix_length.unwrap_or_default();
         let block = carve(ctx, &parent, &name, len)?;
         (block, format!("CIDR {block} allocated from {parent}"))
@@ -175,7 +223,11 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
         .map_err(|e| errors::bad_request(format!("ipam: invalid reservation: {e}")))?;
     ctx.ix.set_pool(&name, Some(index));
 
-    if spec.allocation.as_ref().is_none_or(|a| a.strategy.is_empty()) {
+    if spec
+        .allocation
+        .as_ref()
+        .is_none_or(|a| a.strategy.is_empty())
+    {
         obj["spec"]["allocation"]["strategy"] = json!("FirstFit");
     }
     obj["status"] = ready_status(ctx, &name, block, &spec.scope, &message);
@@ -206,7 +258,9 @@ fn refuse_root_overlap(ctx: &Ctx<'_, '_>, name: &str, block: Block) -> Result<()
 /// address space there, and records the carve on the parent.
 pub fn carve(ctx: &mut Ctx<'_, '_>, parent: &str, child: &str, len: i32) -> Result<Block> {
     let Some(p) = ctx.ix.pool(parent) else {
-        return Err(errors::bad_request(format!("parent IPPool not found: \"{parent}\"")));
+        return Err(errors::bad_request(format!(
+            "parent IPPool not found: \"{parent}\""
+        )));
     };
     let pb = p.block;
     if len <= i32::from(pb.len) || len > i32::from(pb.width()) {
@@ -219,7 +273,10 @@ pub fn carve(ctx: &mut Ctx<'_, '_>, parent: &str, child: &str, len: i32) -> Resu
     }
     let Some(block) = p.find_exclusive(len as u8) else {
         let util = p.capacity().utilization_percent();
-        return Err(errors::exhausted(parent, &format!("parent pool exhausted: no free /{len} is left ({util}% utilized)")));
+        return Err(errors::exhausted(
+            parent,
+            &format!("parent pool exhausted: no free /{len} is left ({util}% utilized)"),
+        ));
     };
     ctx.ix.insert(
         parent,
@@ -239,18 +296,32 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPPool = typed(old)?;
     let n: IPPool = typed(new)?;
     let mut errs = Vec::new();
-    let fixed = |field: &str, why: &str| FieldError::forbidden(&format!("spec.{field}"), format!("spec.{field} is immutable: {why}"));
+    let fixed = |field: &str, why: &str| {
+        FieldError::forbidden(
+            &format!("spec.{field}"),
+            format!("spec.{field} is immutable: {why}"),
+        )
+    };
     if o.spec.cidr != n.spec.cidr {
         errs.push(fixed("cidr", "a pool's range is fixed when it is created"));
     }
     if o.spec.ip_family != n.spec.ip_family {
-        errs.push(fixed("ipFamily", "a pool serves one address family for its whole life"));
+        errs.push(fixed(
+            "ipFamily",
+            "a pool serves one address family for its whole life",
+        ));
     }
     if o.spec.parent_pool_ref != n.spec.parent_pool_ref {
-        errs.push(fixed("parentPoolRef", "a child pool's block was carved from this parent"));
+        errs.push(fixed(
+            "parentPoolRef",
+            "a child pool's block was carved from this parent",
+        ));
     }
     if o.spec.prefix_length != n.spec.prefix_length {
-        errs.push(fixed("prefixLength", "a child pool's block was carved at this size"));
+        errs.push(fixed(
+            "prefixLength",
+            "a child pool's block was carved at this size",
+        ));
     }
     if o.spec.reservations != n.spec.reservations {
         errs.push(FieldError::forbidden(

@@ -27,11 +27,15 @@ pub fn api_version() -> String {
 }
 
 pub fn name_of(v: &Value) -> &str {
-    v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+    v.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 pub fn namespace_of(v: &Value) -> &str {
-    v.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("")
+    v.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn rv_of(v: &Value) -> String {
@@ -54,7 +58,9 @@ pub fn to_json<T: serde::Serialize>(v: &T) -> Value {
 
 /// A condition with the current time, in the shape `metav1.Condition` serialises to.
 pub fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     json!({
         "type": type_,
         "status": status,
@@ -66,13 +72,26 @@ pub fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Valu
 
 /// The range a pool hands out from, once it has one.
 pub fn pool_block(pool: &IPPool) -> Option<Block> {
-    let status_cidr = pool.status.as_ref().map(|s| s.allocated_cidr.as_str()).unwrap_or("");
-    let cidr = if status_cidr.is_empty() { pool.spec.cidr.as_str() } else { status_cidr };
-    (!cidr.is_empty()).then(|| Block::parse(cidr).ok()).flatten()
+    let status_cidr = pool
+        .status
+        .as_ref()
+        .map(|s| s.allocated_cidr.as_str())
+        .unwrap_or("");
+    let cidr = if status_cidr.is_empty() {
+        pool.spec.cidr.as_str()
+    } else {
+        status_cidr
+    };
+    (!cidr.is_empty())
+        .then(|| Block::parse(cidr).ok())
+        .flatten()
 }
 
 /// The leading and trailing reserved blocks of a pool's range.
-pub fn reservation_blocks(pool: Block, r: &egress_api::ipam::Reservations) -> std::result::Result<Vec<Block>, String> {
+pub fn reservation_blocks(
+    pool: Block,
+    r: &egress_api::ipam::Reservations,
+) -> std::result::Result<Vec<Block>, String> {
     let leading = r.leading.unwrap_or(0);
     let trailing = r.trailing.unwrap_or(0);
     let unit = r.unit_prefix_length.unwrap_or(i32::from(pool.width()));
@@ -87,18 +106,32 @@ pub fn reservation_blocks(pool: Block, r: &egress_api::ipam::Reservations) -> st
         ));
     }
     let unit = unit as u8;
-    let units = 1u128.checked_shl(u32::from(unit - pool.len)).unwrap_or(u128::MAX);
+    let units = 1u128
+        .checked_shl(u32::from(unit - pool.len))
+        .unwrap_or(u128::MAX);
     let wanted = leading as u128 + trailing as u128;
     if wanted > units {
-        return Err(format!("{wanted} reserved /{unit} blocks do not fit in {pool}"));
+        return Err(format!(
+            "{wanted} reserved /{unit} blocks do not fit in {pool}"
+        ));
     }
-    let step = 1u128.checked_shl(u32::from(pool.width() - unit)).unwrap_or(u128::MAX);
+    let step = 1u128
+        .checked_shl(u32::from(pool.width() - unit))
+        .unwrap_or(u128::MAX);
     let mut out = Vec::new();
     for i in 0..leading as u128 {
-        out.push(Block { start: pool.start + i * step, len: unit, v6: pool.v6 });
+        out.push(Block {
+            start: pool.start + i * step,
+            len: unit,
+            v6: pool.v6,
+        });
     }
     for i in 0..trailing as u128 {
-        out.push(Block { start: pool.start + (units - 1 - i) * step, len: unit, v6: pool.v6 });
+        out.push(Block {
+            start: pool.start + (units - 1 - i) * step,
+            len: unit,
+            v6: pool.v6,
+        });
     }
     Ok(out)
 }
@@ -116,11 +149,22 @@ pub fn claim_row_key(namespace: &str, allocation: &str) -> String {
 }
 
 /// A fresh pool index holding the pool's reservations.
-pub fn new_pool_index(pool: &IPPool, block: Block, sync: Sync) -> std::result::Result<PoolIndex, String> {
+pub fn new_pool_index(
+    pool: &IPPool,
+    block: Block,
+    sync: Sync,
+) -> std::result::Result<PoolIndex, String> {
     let mut p = PoolIndex::new(block, sync);
     if let Some(r) = &pool.spec.reservations {
         for (i, b) in reservation_blocks(block, r)?.into_iter().enumerate() {
-            p.insert_row(reservation_key(i), Row { block: b, kind: RowKind::Reservation, digest: String::new() });
+            p.insert_row(
+                reservation_key(i),
+                Row {
+                    block: b,
+                    kind: RowKind::Reservation,
+                    digest: String::new(),
+                },
+            );
         }
     }
     Ok(p)
@@ -163,11 +207,16 @@ pub fn ensure_fresh(txn: &dyn PlaneTxn, ix: &mut IndexTxn<'_>) -> Result<()> {
 }
 
 fn rebuild(txn: &dyn PlaneTxn, pool_objs: &[Value]) -> Result<Index> {
-    let mut ix = Index { built: true, ..Index::default() };
+    let mut ix = Index {
+        built: true,
+        ..Index::default()
+    };
     let mut pools = Vec::new();
     for obj in pool_objs {
         let pool: IPPool = typed(obj)?;
-        let Some(block) = pool_block(&pool) else { continue };
+        let Some(block) = pool_block(&pool) else {
+            continue;
+        };
         // A reservation that no longer fits was refused at create; an unreadable one reserves nothing.
         let p = new_pool_index(&pool, block, Sync::Rv(rv_of(obj)))
             .unwrap_or_else(|_| PoolIndex::new(block, Sync::Rv(rv_of(obj))));
@@ -179,14 +228,28 @@ fn rebuild(txn: &dyn PlaneTxn, pool_objs: &[Value]) -> Result<Index> {
             && let Some(p) = ix.pools.get_mut(parent)
             && p.block.contains(block)
         {
-            p.insert_row(carve_key(name), Row { block: *block, kind: RowKind::Carve, digest: String::new() });
+            p.insert_row(
+                carve_key(name),
+                Row {
+                    block: *block,
+                    kind: RowKind::Carve,
+                    digest: String::new(),
+                },
+            );
         }
     }
     for obj in txn.list(&key(ALLOCATIONS), None) {
         let a: egress_api::ipam::IPAllocation = typed(&obj)?;
         let Some(status) = &a.status else { continue };
-        let Ok(block) = Block::parse(&status.allocated_cidr) else { continue };
-        let Some(pool) = a.spec.pool_ref.as_ref().and_then(|r| ix.pools.get_mut(&r.name)) else {
+        let Ok(block) = Block::parse(&status.allocated_cidr) else {
+            continue;
+        };
+        let Some(pool) = a
+            .spec
+            .pool_ref
+            .as_ref()
+            .and_then(|r| ix.pools.get_mut(&r.name))
+        else {
             continue;
         };
         if !pool.block.contains(&block) {
@@ -199,7 +262,11 @@ fn rebuild(txn: &dyn PlaneTxn, pool_objs: &[Value]) -> Result<Index> {
         };
         pool.insert_row(
             claim_row_key(namespace_of(&obj), name_of(&obj)),
-            Row { block, kind, digest: status.scope_digest.clone() },
+            Row {
+                block,
+                kind,
+                digest: status.scope_digest.clone(),
+            },
         );
     }
     Ok(ix)
@@ -212,7 +279,9 @@ pub fn write_pool_status(txn: &mut dyn PlaneTxn, ix: &mut IndexTxn<'_>, pool: &s
         return Err(errors::bad_request(format!("IPPool \"{pool}\" not found")));
     };
     let Some(p) = ix.pool(pool) else {
-        return Err(errors::internal(format!("IPPool \"{pool}\" is not indexed")));
+        return Err(errors::internal(format!(
+            "IPPool \"{pool}\" is not indexed"
+        )));
     };
     set_capacity(&mut obj, p);
     let stored = txn.put(&key(POOLS), obj);
