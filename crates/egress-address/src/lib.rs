@@ -1,1 +1,114 @@
+//! The egress address controller: gives every `EgressShard` of a cell its public IPv6 address,
+//! claimed from Milo IPAM, written once into the shard, and traceable to the record holding it.
+//!
+//! # Behaviour
+//!
+//! For each shard, read from a reflector cache (so an addressed shard, and an idle controller,
+//! cost no requests):
+//!
+//! * being deleted → left alone; no claim, no release, no write;
+//! * addressed and labelled → nothing;
+//! * addressed (by hand, or by an older controller) without the `network.datumapis.com/egress-ipv6`
+//!   label → the label only, never an invented ref;
+//! * otherwise → **create** the IPClaim `egress-shard-ipv6.<ns>.<name>` (1 request; IPAM binds
+//!   synchronously), then **one** conditional update (PUT with the resourceVersion read) writing
+//!   `spec.shardAddressIPv6`, `spec.shardAddressIPv6ClaimRef` and the label (1 request). A
+//!   failed create is followed by one read: a 409 `AllocationRetained` adopts the named
+//!   IPAllocation (ref kind `IPAllocation`); any other failure (a raced writer, our own earlier
+//!   claim, an older IPAM's bare 500 on a duplicate) reads the claim and uses it only if its
+//!   annotations name this shard.
+//! * a shard gone from the cache is confirmed gone with a live GET; on NotFound its claim is
+//!   deleted by derived name. A failed read releases nothing. There is no finalizer.
+//!
+//! Only the leader writes (claims, shard updates, releases, events). Refusals are re-checked
+//! on a fixed interval, other failures back off per shard. A periodic drift check reports
+//! (never repairs) shards whose recorded holder is gone or holds another address.
+//!
+//! # Library API
+//!
+//! ```no_run
+//! # async fn demo(cell: kube::Client) -> Result<(), egress_address::Error> {
+//! use egress_address::{Controller, Metrics, Settings, ipam_client};
+//! use prometheus_client::registry::Registry;
+//!
+//! let settings = Settings::new("datum-egress-shard-address-ipv6", "dfw", "datum-platform");
+//! let ipam = ipam_client("/etc/ipam-cluster/kubeconfig".as_ref(), &settings.platform_project).await?;
+//! let mut registry = Registry::default();
+//! let metrics = Metrics::register(&mut registry);
+//! let controller = Controller::new(settings, cell, ipam, metrics)?;
+//! let handle = controller.handle(); // is_ready(), is_leader(), wait_ready(), metrics()
+//! let router = egress_address::admin::router(handle.clone(), std::sync::Arc::new(registry));
+//! controller.run(async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+//!
+//! * [`Settings`] holds every knob; [`Settings::new`] applies the reference defaults.
+//! * [`Controller::new`] validates the settings before anything is contacted;
+//!   [`Controller::run`] runs until the shutdown future resolves; [`run`] does both.
+//! * [`Handle`] exposes readiness (first full list of shards cached, no credential refused) and
+//!   leadership.
+//! * [`ipam_client`] builds the IPAM client from a kubeconfig, replacing its server path with the
+//!   platform project's control-plane path; [`ipam::get_claim`] and [`ipam::get_allocation`] read
+//!   holders (for audit tools).
+//! * The pure parts: [`naming`], [`address`], [`ipam_error`], [`claim_spec`], [`decide`],
+//!   [`workqueue`].
+//! * [`Error`] is this crate's error, with [`Error::metric_label`].
 
+pub mod address;
+pub mod admin;
+pub mod claim;
+pub mod claim_spec;
+pub mod cli;
+pub mod decide;
+pub mod drift;
+pub mod duration;
+mod error;
+pub mod events;
+pub mod holding;
+pub mod ipam;
+pub mod ipam_error;
+pub mod leader;
+pub mod metrics;
+pub mod naming;
+pub mod reconcile;
+pub mod runtime;
+pub mod settings;
+pub mod workqueue;
+
+pub use error::Error;
+pub use holding::{HolderKind, Holding};
+pub use ipam::ipam_client;
+pub use metrics::Metrics;
+pub use runtime::{Controller, Handle, run};
+pub use settings::{LeaderElection, Settings};
+
+use egress_api::shard::EgressShard;
+
+/// A shard's namespace and name: the unit of work.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ShardKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    pub fn of(shard: &EgressShard) -> Self {
+        Self::new(
+            shard.metadata.namespace.clone().unwrap_or_default(),
+            shard.metadata.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
+impl std::fmt::Display for ShardKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}

@@ -1,1 +1,142 @@
-fn main() {}
+//! `egress-address-controller`: flags in, controller out.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser;
+use egress_address::cli::{Args, LogFormat};
+use egress_address::{Controller, Metrics, admin, ipam};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing(&args);
+    // A shard's address is write-once: a misconfigured process must not reach even one shard.
+    if let Err(message) = args.check_required() {
+        error!("{message}");
+        return ExitCode::from(1);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            error!(%err, "could not start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            error!("{err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing(args: &Args) {
+    let filter = EnvFilter::try_new(&args.log.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Plain => builder.init(),
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let settings = args.settings();
+    settings.validate().context("unable to create controller")?;
+    let metrics_addr = admin::parse_bind_address(&args.admin.metrics_bind_address)
+        .map_err(anyhow::Error::msg)
+        .context("--metrics-bind-address")?;
+    let probe_addr = admin::parse_bind_address(&args.admin.health_probe_bind_address)
+        .map_err(anyhow::Error::msg)
+        .context("--health-probe-bind-address")?;
+
+    let cell = cell_client(&args)
+        .await
+        .context("unable to start manager")?;
+    let ipam = ipam::ipam_client(
+        args.planes.ipam_kubeconfig.as_ref(),
+        &settings.platform_project,
+    )
+    .await
+    .context("unable to load the IPAM kubeconfig")?;
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let controller = Controller::new(settings, cell, ipam, metrics)?;
+    let router = admin::router(controller.handle(), Arc::new(registry));
+
+    let stop = CancellationToken::new();
+    let mut servers = Vec::new();
+    let mut bound = Vec::new();
+    for addr in [metrics_addr, probe_addr].into_iter().flatten() {
+        if bound.contains(&addr) {
+            continue;
+        }
+        bound.push(addr);
+        let listener = admin::bind(addr).await?;
+        info!(addr = %listener.local_addr()?, "serving /live, /ready and /metrics");
+        let stopped = stop.clone();
+        servers.push(tokio::spawn(admin::serve(
+            listener,
+            router.clone(),
+            async move { stopped.cancelled().await },
+        )));
+    }
+
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            info!("received a shutdown signal");
+            stop.cancel();
+        }
+    });
+    controller.run(stop.clone().cancelled_owned()).await?;
+    stop.cancel();
+    for server in servers {
+        let _ = server.await;
+    }
+    Ok(())
+}
+
+async fn cell_client(args: &Args) -> anyhow::Result<kube::Client> {
+    let config = match &args.planes.kubeconfig {
+        // KUBECONFIG may list several files; kube's own inference merges those.
+        Some(path) if !path.as_os_str().is_empty() && !path.to_string_lossy().contains(':') => {
+            ipam::config_from_kubeconfig(path).await?
+        }
+        _ => kube::Config::infer()
+            .await
+            .context("no kubeconfig given and none could be inferred")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

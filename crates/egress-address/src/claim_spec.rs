@@ -1,0 +1,111 @@
+//! The IPClaim this controller asks IPAM for.
+
+use std::collections::BTreeMap;
+
+use egress_api::ipam::{FAMILY_IPV6, IPClaim, IPClaimSpec, RECLAIM_DELETE, ScopeRef, TARGET_BLOCK};
+use kube::api::ObjectMeta;
+
+use crate::address::ADDRESS_BITS;
+use crate::naming::{ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, claim_name};
+
+/// Scope role the claim is placed under.
+pub const SCOPE_ROLE_LOCATION: &str = "location";
+/// The location scope object (compared by IPAM, never resolved).
+pub const LOCATION_API_GROUP: &str = "networking.datumapis.com";
+pub const LOCATION_KIND: &str = "Location";
+
+/// What a claim is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest<'a> {
+    pub class_name: &'a str,
+    pub claim_namespace: &'a str,
+    pub location: &'a str,
+    pub shard_namespace: &'a str,
+    pub shard_name: &'a str,
+}
+
+/// The desired claim: one IPv6 /128 block in the location's range, released with the claim.
+///
+/// `ipFamily` is stated because the server bounds `prefixLength` by the claim's own family before
+/// it resolves the class. `reclaimPolicy: Delete` is stated because under Retain a recreated
+/// shard would quietly get the same, possibly wrong, address back. There is no `ownerRef`: the
+/// server overwrites it with the caller's identity, and the shard lives in another cluster.
+pub fn desired_claim(req: &ClaimRequest<'_>) -> IPClaim {
+    let scope = BTreeMap::from([(
+        SCOPE_ROLE_LOCATION.to_string(),
+        ScopeRef {
+            api_group: LOCATION_API_GROUP.to_string(),
+            kind: LOCATION_KIND.to_string(),
+            name: req.location.to_string(),
+            uid: String::new(),
+        },
+    )]);
+    IPClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(req.shard_namespace, req.shard_name)),
+            namespace: Some(req.claim_namespace.to_string()),
+            annotations: Some(BTreeMap::from([
+                (
+                    ANNOTATION_SHARD_NAMESPACE.to_string(),
+                    req.shard_namespace.to_string(),
+                ),
+                (
+                    ANNOTATION_SHARD_NAME.to_string(),
+                    req.shard_name.to_string(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        spec: IPClaimSpec {
+            class_name: req.class_name.to_string(),
+            ip_family: FAMILY_IPV6.to_string(),
+            address: String::new(),
+            prefix_length: Some(i32::from(ADDRESS_BITS)),
+            scope,
+            reclaim_policy: RECLAIM_DELETE.to_string(),
+            owner_ref: None,
+            target: TARGET_BLOCK.to_string(),
+        },
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_claim_on_the_wire() {
+        let claim = desired_claim(&ClaimRequest {
+            class_name: "datum-egress-shard-address-ipv6",
+            claim_namespace: "default",
+            location: "dfw",
+            shard_namespace: "galactic-system",
+            shard_name: "worker-1",
+        });
+        assert_eq!(
+            serde_json::to_value(&claim).unwrap(),
+            json!({
+                "apiVersion": "ipam.miloapis.com/v1alpha1",
+                "kind": "IPClaim",
+                "metadata": {
+                    "name": "egress-shard-ipv6.galactic-system.worker-1",
+                    "namespace": "default",
+                    "annotations": {
+                        "cloud.datumapis.com/egress-shard-namespace": "galactic-system",
+                        "cloud.datumapis.com/egress-shard-name": "worker-1"
+                    }
+                },
+                "spec": {
+                    "className": "datum-egress-shard-address-ipv6",
+                    "ipFamily": "IPv6",
+                    "prefixLength": 128,
+                    "scope": {"location": {"apiGroup": "networking.datumapis.com", "kind": "Location", "name": "dfw"}},
+                    "reclaimPolicy": "Delete",
+                    "target": "Block"
+                }
+            })
+        );
+    }
+}

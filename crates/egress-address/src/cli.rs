@@ -1,0 +1,300 @@
+//! Command-line flags, each with an environment fallback, as the reference Deployment passes them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args as ClapArgs, Parser, ValueEnum};
+
+use crate::duration::parse_duration;
+use crate::settings::{LeaderElection, Settings, default_identity};
+use crate::workqueue::Backoff;
+
+/// Gives every EgressShard of this cell its public IPv6 address, claimed from Milo IPAM.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "egress-address-controller", version)]
+pub struct Args {
+    #[command(flatten)]
+    pub claim: ClaimArgs,
+    #[command(flatten)]
+    pub planes: PlaneArgs,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// What is claimed, and where.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ClaimArgs {
+    /// The IPClass handing out shard addresses.
+    #[arg(long, env = "ADDRESS_CLASS_IPV6", default_value = "")]
+    pub address_class_ipv6: String,
+    /// Namespace in the platform project the claims are written in.
+    #[arg(long, env = "CLAIM_NAMESPACE", default_value = "default")]
+    pub claim_namespace: String,
+    /// The location this cell serves (the cell's `topology.datum.net/location`); selects the
+    /// shared range.
+    #[arg(long, env = "LOCATION", default_value = "")]
+    pub location: String,
+    /// The project whose control plane serves platform allocations.
+    #[arg(long, env = "PLATFORM_PROJECT", default_value = "")]
+    pub platform_project: String,
+}
+
+/// How the two planes are reached.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct PlaneArgs {
+    /// Kubeconfig for the server of the IPAM API (its server path is replaced by the project's).
+    #[arg(long, env = "IPAM_KUBECONFIG", default_value = "")]
+    pub ipam_kubeconfig: String,
+    /// Kubeconfig for the cell; without it, the in-cluster config or the default kubeconfig.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only watch shards in this namespace.
+    #[arg(long, env = "SHARD_NAMESPACE")]
+    pub shard_namespace: Option<String>,
+}
+
+/// Leader election: a single writer is what keeps one shard to one address.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct LeaderArgs {
+    /// Elect a leader; only the leader writes. `--leader-elect` or `--leader-elect=false`.
+    #[arg(
+        long,
+        env = "LEADER_ELECT",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// How long an unrenewed lease holds.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: Duration,
+    /// The leader stops writing when it has not renewed for this long.
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+    /// Time between renewals and acquisition attempts.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "5s", value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
+    /// This instance's name in the lease and in events.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+/// The admin servers; each serves /live, /ready and /metrics. `0` turns one off.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct AdminArgs {
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
+    pub metrics_bind_address: String,
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
+    pub health_probe_bind_address: String,
+}
+
+/// Pacing.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct TuningArgs {
+    /// Shards reconciled in parallel.
+    #[arg(long, env = "EGRESS_ADDRESS_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: usize,
+    /// First retry delay of a failing shard.
+    #[arg(long, env = "EGRESS_ADDRESS_BACKOFF_BASE", default_value = "500ms", value_parser = parse_duration)]
+    pub backoff_base: Duration,
+    /// Longest retry delay of a failing shard.
+    #[arg(long, env = "EGRESS_ADDRESS_BACKOFF_CAP", default_value = "5m", value_parser = parse_duration)]
+    pub backoff_cap: Duration,
+    /// Re-check interval of refused claims (nothing watches IPAM).
+    #[arg(long, env = "EGRESS_ADDRESS_RECHECK_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub recheck_interval: Duration,
+    /// Interval of the drift check; 0 turns it off.
+    #[arg(long, env = "EGRESS_ADDRESS_DRIFT_CHECK_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub drift_check_interval: Duration,
+    /// The same event on the same shard is repeated no sooner than this.
+    #[arg(long, env = "EGRESS_ADDRESS_EVENT_REPEAT_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    pub event_repeat_interval: Duration,
+    /// How long shutdown waits for in-flight reconciles.
+    #[arg(long, env = "EGRESS_ADDRESS_SHUTDOWN_GRACE", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Upper bound of one API request made by a reconcile.
+    #[arg(long, env = "EGRESS_ADDRESS_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+#[derive(Debug, Clone, ClapArgs)]
+pub struct LogArgs {
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    pub log_format: LogFormat,
+    /// A filter in RUST_LOG syntax, e.g. `info` or `egress_address=debug,kube=warn`.
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_level: String,
+}
+
+impl Args {
+    /// The reference's startup refusals, in its order, then the claim namespace. An empty value
+    /// counts as missing: the Deployment sets `LOCATION=""` on purpose so that a pod without an
+    /// overlay refuses to start.
+    pub fn check_required(&self) -> Result<(), String> {
+        let required = [
+            ("--address-class-ipv6", &self.claim.address_class_ipv6),
+            ("--location", &self.claim.location),
+            ("--platform-project", &self.claim.platform_project),
+            ("--ipam-kubeconfig", &self.planes.ipam_kubeconfig),
+            ("--claim-namespace", &self.claim.claim_namespace),
+        ];
+        for (flag, value) in required {
+            if value.trim().is_empty() {
+                return Err(format!("{flag} is required"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn settings(&self) -> Settings {
+        let mut s = Settings::new(
+            self.claim.address_class_ipv6.clone(),
+            self.claim.location.clone(),
+            self.claim.platform_project.clone(),
+        );
+        s.claim_namespace = self.claim.claim_namespace.clone();
+        s.shard_namespace = self
+            .planes
+            .shard_namespace
+            .clone()
+            .filter(|n| !n.is_empty());
+        s.concurrency = self.tuning.concurrency;
+        s.backoff = Backoff {
+            base: self.tuning.backoff_base,
+            cap: self.tuning.backoff_cap,
+            ..Backoff::default()
+        };
+        s.recheck_interval = self.tuning.recheck_interval;
+        s.drift_check_interval = self.tuning.drift_check_interval;
+        s.event_repeat_interval = self.tuning.event_repeat_interval;
+        s.shutdown_grace = self.tuning.shutdown_grace;
+        s.request_timeout = self.tuning.request_timeout;
+        s.identity = match self.leader.identity.as_deref() {
+            Some(id) if !id.is_empty() => format!("{id}_{:08x}", rand::random::<u32>()),
+            _ => default_identity(),
+        };
+        s.leader_election = self.leader.leader_elect.then(|| LeaderElection {
+            lease_duration: self.leader.leader_election_lease_duration,
+            renew_deadline: self.leader.leader_election_renew_deadline,
+            retry_period: self.leader.leader_election_retry_period,
+            ..LeaderElection::new(self.leader.leader_election_namespace.clone())
+        });
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        let mut full = vec!["egress-address-controller"];
+        full.extend_from_slice(args);
+        Args::try_parse_from(full).expect("flags parse")
+    }
+
+    const ALL: [&str; 4] = [
+        "--address-class-ipv6=c",
+        "--location=dfw",
+        "--platform-project=p",
+        "--ipam-kubeconfig=/k",
+    ];
+
+    #[test]
+    fn the_reference_deployment_args_parse() {
+        let a = parse(&[
+            "--leader-elect",
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=:8080",
+            "--address-class-ipv6=datum-egress-shard-address-ipv6",
+            "--claim-namespace=default",
+            "--location=dfw",
+            "--platform-project=datum-platform",
+            "--ipam-kubeconfig=/etc/ipam-cluster/kubeconfig",
+        ]);
+        assert!(a.leader.leader_elect);
+        assert!(a.check_required().is_ok());
+        let s = a.settings();
+        assert_eq!(s.claim_namespace, "default");
+        assert!(s.leader_election.is_some());
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn leader_election_is_on_by_default_and_can_be_turned_off() {
+        assert!(parse(&ALL).leader.leader_elect);
+        let mut off = ALL.to_vec();
+        off.push("--leader-elect=false");
+        let a = parse(&off);
+        assert!(!a.leader.leader_elect);
+        assert!(a.settings().leader_election.is_none());
+    }
+
+    #[test]
+    fn missing_or_empty_values_are_named_in_the_reference_order() {
+        let a = parse(&[]);
+        assert_eq!(
+            a.check_required().unwrap_err(),
+            "--address-class-ipv6 is required"
+        );
+        let a = parse(&["--address-class-ipv6=c", "--location="]);
+        assert_eq!(a.check_required().unwrap_err(), "--location is required");
+        let a = parse(&["--address-class-ipv6=c", "--location=l"]);
+        assert_eq!(
+            a.check_required().unwrap_err(),
+            "--platform-project is required"
+        );
+        let a = parse(&[
+            "--address-class-ipv6=c",
+            "--location=l",
+            "--platform-project=p",
+        ]);
+        assert_eq!(
+            a.check_required().unwrap_err(),
+            "--ipam-kubeconfig is required"
+        );
+        let mut no_ns = ALL.to_vec();
+        no_ns.push("--claim-namespace=");
+        assert_eq!(
+            parse(&no_ns).check_required().unwrap_err(),
+            "--claim-namespace is required"
+        );
+    }
+
+    #[test]
+    fn durations_and_concurrency_reach_the_settings() {
+        let mut args = ALL.to_vec();
+        args.extend([
+            "--concurrency=9",
+            "--recheck-interval=30s",
+            "--drift-check-interval=0",
+            "--leader-election-lease-duration=3s",
+            "--leader-election-renew-deadline=2s",
+            "--leader-election-retry-period=500ms",
+        ]);
+        let s = parse(&args).settings();
+        assert_eq!(s.concurrency, 9);
+        assert_eq!(s.recheck_interval, Duration::from_secs(30));
+        assert!(s.drift_check_interval.is_zero());
+        let le = s.leader_election.unwrap();
+        assert_eq!(le.lease_duration, Duration::from_secs(3));
+        assert_eq!(le.retry_period, Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,349 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease. Only the leader writes: every write
+//! checks the [`LeaderToken`] right before it is made, and the token stops granting the moment a
+//! renewal fails or its deadline passes, whichever comes first.
+//!
+//! The lease is acquired and renewed with `replace` (a PUT carrying the resourceVersion just
+//! read) or `create`, so a 409 means someone else wrote it first: leadership is lost, never
+//! shared. Expiry is judged by how long the lease has looked unchanged on our own clock, not by
+//! comparing its `renewTime` with our clock, so clock skew between instances cannot elect two.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::Error;
+use crate::ipam_error::{is_conflict, is_not_found};
+use crate::metrics::Metrics;
+use crate::settings::LeaderElection;
+
+struct TokenState {
+    always: bool,
+    until: Mutex<Option<Instant>>,
+    changed: watch::Sender<bool>,
+}
+
+/// Whether this instance may write right now. Cheap to clone and to check.
+#[derive(Clone)]
+pub struct LeaderToken {
+    inner: Arc<TokenState>,
+}
+
+impl LeaderToken {
+    /// A token that always grants: leader election is off.
+    pub fn always() -> Self {
+        Self::build(true)
+    }
+
+    /// A token that grants only while an elector keeps it renewed.
+    pub fn elected() -> Self {
+        Self::build(false)
+    }
+
+    fn build(always: bool) -> Self {
+        let (changed, _) = watch::channel(always);
+        Self {
+            inner: Arc::new(TokenState {
+                always,
+                until: Mutex::new(None),
+                changed,
+            }),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        if self.inner.always {
+            return true;
+        }
+        let until = *self.inner.until.lock().unwrap_or_else(|e| e.into_inner());
+        until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// `Err(NotLeader)` unless a write may be made now.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
+
+    /// Grants writes until `until`.
+    pub fn grant(&self, until: Instant) {
+        *self.inner.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        self.inner.changed.send_replace(true);
+    }
+
+    /// Stops writes at once.
+    pub fn revoke(&self) {
+        if self.inner.always {
+            return;
+        }
+        *self.inner.until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.inner.changed.send_replace(false);
+    }
+
+    /// Resolves once this instance may write.
+    pub async fn wait_leader(&self) {
+        let mut rx = self.inner.changed.subscribe();
+        loop {
+            if self.is_leader() {
+                return;
+            }
+            // A deadline can pass without a change being sent, so poll as well.
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    }
+
+    /// Notified on every grant and revoke.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.inner.changed.subscribe()
+    }
+}
+
+/// Acquires and renews the lease, and releases it on stop.
+pub struct Elector {
+    api: Api<Lease>,
+    config: LeaderElection,
+    identity: String,
+    token: LeaderToken,
+    metrics: Metrics,
+    /// The lease's resourceVersion and when we first saw it.
+    observed: Option<(String, Instant)>,
+}
+
+impl Elector {
+    pub fn new(
+        api: Api<Lease>,
+        config: LeaderElection,
+        identity: String,
+        token: LeaderToken,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            api,
+            config,
+            identity,
+            token,
+            metrics,
+            observed: None,
+        }
+    }
+
+    /// Runs until `stop`, then gives the lease up so a successor need not wait for it to expire.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut leading = false;
+        loop {
+            let started = Instant::now();
+            let attempt =
+                tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()).await;
+            match attempt {
+                Ok(Ok(true)) => {
+                    self.token.grant(started + self.config.renew_deadline);
+                    if !leading {
+                        info!(lease = %self.config.lease_name, identity = %self.identity, "became the leader");
+                    }
+                    leading = true;
+                }
+                outcome => {
+                    self.token.revoke();
+                    if leading {
+                        match &outcome {
+                            Ok(Ok(_)) => {
+                                warn!(lease = %self.config.lease_name, "lost the lease to another instance; writes stopped")
+                            }
+                            Ok(Err(err)) => {
+                                warn!(lease = %self.config.lease_name, %err, "could not renew the lease; writes stopped")
+                            }
+                            Err(_) => {
+                                warn!(lease = %self.config.lease_name, "renewing the lease took too long; writes stopped")
+                            }
+                        }
+                    } else if let Ok(Err(err)) = &outcome {
+                        warn!(lease = %self.config.lease_name, %err, "could not read or take the lease");
+                    }
+                    leading = false;
+                }
+            }
+            self.metrics.set_leader(leading && self.token.is_leader());
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.config.retry_period) => {}
+            }
+        }
+        self.token.revoke();
+        self.metrics.set_leader(false);
+        if leading {
+            match tokio::time::timeout(self.config.retry_period, self.release()).await {
+                Ok(Ok(())) => info!(lease = %self.config.lease_name, "released the lease"),
+                Ok(Err(err)) => {
+                    warn!(lease = %self.config.lease_name, %err, "could not release the lease; it expires on its own")
+                }
+                Err(_) => {
+                    warn!(lease = %self.config.lease_name, "releasing the lease took too long; it expires on its own")
+                }
+            }
+        }
+    }
+
+    fn lease_error(&self, source: kube::Error) -> Error {
+        Error::Lease {
+            lease: format!("{}/{}", self.config.namespace, self.config.lease_name),
+            source,
+        }
+    }
+
+    fn duration_secs(&self) -> i32 {
+        i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+
+    /// `Ok(true)` when this instance holds the lease after the call.
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, Error> {
+        let now = MicroTime(jiff::Timestamp::now());
+        let name = self.config.lease_name.clone();
+        let current = match self.api.get(&name).await {
+            Ok(lease) => lease,
+            Err(e) if is_not_found(&e) => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(self.config.namespace.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.identity.clone()),
+                        lease_duration_seconds: Some(self.duration_secs()),
+                        acquire_time: Some(now.clone()),
+                        renew_time: Some(now),
+                        lease_transitions: Some(0),
+                        ..Default::default()
+                    }),
+                };
+                return match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(e)
+                        if is_conflict(&e)
+                            || matches!(&e, kube::Error::Api(s) if s.reason == "AlreadyExists") =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(self.lease_error(e)),
+                };
+            }
+            Err(e) => return Err(self.lease_error(e)),
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let rv = current
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        let mut next = current.clone();
+        let next_spec = next.spec.get_or_insert_with(LeaseSpec::default);
+        if holder == self.identity {
+            next_spec.renew_time = Some(now);
+            next_spec.lease_duration_seconds = Some(self.duration_secs());
+        } else {
+            let first_seen = match &self.observed {
+                Some((seen_rv, at)) if *seen_rv == rv => *at,
+                _ => {
+                    let at = Instant::now();
+                    self.observed = Some((rv.clone(), at));
+                    at
+                }
+            };
+            let held_for = spec
+                .lease_duration_seconds
+                .map(|s| Duration::from_secs(u64::try_from(s.max(0)).unwrap_or(0)))
+                .unwrap_or(self.config.lease_duration);
+            if !holder.is_empty() && first_seen.elapsed() < held_for {
+                return Ok(false);
+            }
+            next_spec.holder_identity = Some(self.identity.clone());
+            next_spec.acquire_time = Some(now.clone());
+            next_spec.renew_time = Some(now);
+            next_spec.lease_duration_seconds = Some(self.duration_secs());
+            next_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        match self.api.replace(&name, &PostParams::default(), &next).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.lease_error(e)),
+        }
+    }
+
+    /// Clears the holder, if it is still us, so the next candidate takes over at once.
+    async fn release(&self) -> Result<(), Error> {
+        let name = &self.config.lease_name;
+        let current = self.api.get(name).await.map_err(|e| self.lease_error(e))?;
+        let mut next = current.clone();
+        let spec = next.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        match self.api.replace(name, &PostParams::default(), &next).await {
+            Ok(_) => Ok(()),
+            // Someone else wrote it first, so it is no longer ours to release.
+            Err(e) if is_conflict(&e) => Ok(()),
+            Err(e) => Err(self.lease_error(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_grants_until_its_deadline() {
+        let token = LeaderToken::elected();
+        assert!(!token.is_leader());
+        assert!(matches!(token.check(), Err(Error::NotLeader)));
+        token.grant(Instant::now() + Duration::from_secs(10));
+        assert!(token.is_leader());
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(
+            !token.is_leader(),
+            "a missed renewal must stop writes by itself"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn revoking_stops_writes_at_once() {
+        let token = LeaderToken::elected();
+        token.grant(Instant::now() + Duration::from_secs(10));
+        token.revoke();
+        assert!(!token.is_leader());
+        assert!(LeaderToken::always().is_leader());
+        let always = LeaderToken::always();
+        always.revoke();
+        assert!(always.is_leader());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_wake_on_grant() {
+        let token = LeaderToken::elected();
+        let waiter = {
+            let t = token.clone();
+            tokio::spawn(async move { t.wait_leader().await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiter.is_finished());
+        token.grant(Instant::now() + Duration::from_secs(10));
+        waiter.await.unwrap();
+    }
+}

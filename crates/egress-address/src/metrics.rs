@@ -1,0 +1,308 @@
+//! The controller's metrics (`prometheus-client`), all under the prefix `egress_address`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::ShardKey;
+
+/// Prefix of every metric name.
+pub const PREFIX: &str = "egress_address";
+
+/// Where a shard stands, as far as its address goes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ShardState {
+    /// Address and ref recorded.
+    Addressed,
+    /// Waiting: no claim yet, or a claim IPAM has not bound.
+    Pending,
+    /// IPAM refused, answered unusably, or the claim name belongs to another shard.
+    Refused,
+    /// Addressed without a ref: nothing says which IPAM record holds the address.
+    Unattributable,
+}
+
+impl ShardState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShardState::Addressed => "addressed",
+            ShardState::Pending => "pending",
+            ShardState::Refused => "refused",
+            ShardState::Unattributable => "unattributable",
+        }
+    }
+
+    pub const ALL: [ShardState; 4] = [
+        ShardState::Addressed,
+        ShardState::Pending,
+        ShardState::Refused,
+        ShardState::Unattributable,
+    ];
+}
+
+impl EncodeLabelValue for ShardState {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: ShardState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: String,
+    resource: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: String,
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DriftLabels {
+    kind: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Cheap to clone; every clone updates the same series.
+#[derive(Clone)]
+pub struct Metrics {
+    shards: Family<StateLabels, Gauge>,
+    states: Arc<Mutex<HashMap<ShardKey, ShardState>>>,
+    claim_outcomes: Family<OutcomeLabels, Counter>,
+    reconcile_duration: Histogram,
+    ipam_requests: Family<RequestLabels, Counter>,
+    ipam_request_duration: HistogramFamily<VerbLabels>,
+    leader: Gauge,
+    drift: Family<DriftLabels, Counter>,
+}
+
+impl Metrics {
+    /// Registers every metric under `egress_address` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::unregistered();
+        let r = registry.sub_registry_with_prefix(PREFIX);
+        r.register("shards", "Shards by address state", m.shards.clone());
+        r.register(
+            "claim_outcomes",
+            "Claim attempts by outcome (Bound, Adopted, or IPAM's refusal reason)",
+            m.claim_outcomes.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Time to reconcile one shard",
+            m.reconcile_duration.clone(),
+        );
+        r.register(
+            "ipam_requests",
+            "IPAM requests by verb, resource and HTTP status code (0: no answer)",
+            m.ipam_requests.clone(),
+        );
+        r.register(
+            "ipam_request_duration_seconds",
+            "IPAM request latency by verb and resource",
+            m.ipam_request_duration.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this instance holds the leader lease (or runs without election)",
+            m.leader.clone(),
+        );
+        r.register(
+            "drift",
+            "Addressed shards whose recorded holder is gone or holds another address",
+            m.drift.clone(),
+        );
+        m
+    }
+
+    /// Metrics recorded nowhere, for callers that do not export them.
+    pub fn unregistered() -> Self {
+        let m = Self {
+            shards: Family::default(),
+            states: Arc::default(),
+            claim_outcomes: Family::default(),
+            reconcile_duration: seconds_histogram(),
+            ipam_requests: Family::default(),
+            ipam_request_duration: Family::new_with_constructor(seconds_histogram),
+            leader: Gauge::default(),
+            drift: Family::default(),
+        };
+        for state in ShardState::ALL {
+            m.shards.get_or_create(&StateLabels { state }).set(0);
+        }
+        m
+    }
+
+    pub fn set_shard_state(&self, key: &ShardKey, state: ShardState) {
+        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        let old = states.insert(key.clone(), state);
+        if old == Some(state) {
+            return;
+        }
+        if let Some(old) = old {
+            self.shards.get_or_create(&StateLabels { state: old }).dec();
+        }
+        self.shards.get_or_create(&StateLabels { state }).inc();
+    }
+
+    pub fn forget_shard(&self, key: &ShardKey) {
+        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = states.remove(key) {
+            self.shards.get_or_create(&StateLabels { state: old }).dec();
+        }
+    }
+
+    pub fn shard_state(&self, key: &ShardKey) -> Option<ShardState> {
+        self.states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    pub fn shards_in(&self, state: ShardState) -> i64 {
+        self.shards.get_or_create(&StateLabels { state }).get()
+    }
+
+    pub fn claim_outcome(&self, outcome: &str) {
+        self.claim_outcomes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn claim_outcome_count(&self, outcome: &str) -> u64 {
+        self.claim_outcomes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .get()
+    }
+
+    pub fn reconcile_took(&self, took: Duration) {
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn ipam_request(&self, verb: &str, resource: &str, code: u16, took: Duration) {
+        self.ipam_requests
+            .get_or_create(&RequestLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
+        self.ipam_request_duration
+            .get_or_create(&VerbLabels {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader.get() == 1
+    }
+
+    pub fn drift(&self, kind: &str) {
+        self.drift
+            .get_or_create(&DriftLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn drift_count(&self, kind: &str) -> u64 {
+        self.drift
+            .get_or_create(&DriftLabels {
+                kind: kind.to_string(),
+            })
+            .get()
+    }
+}
+
+/// OpenMetrics text of a registry.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ShardKey {
+        ShardKey::new("ns", name)
+    }
+
+    #[test]
+    fn shard_states_count_each_shard_once() {
+        let m = Metrics::unregistered();
+        m.set_shard_state(&key("a"), ShardState::Pending);
+        m.set_shard_state(&key("a"), ShardState::Pending);
+        m.set_shard_state(&key("b"), ShardState::Pending);
+        assert_eq!(m.shards_in(ShardState::Pending), 2);
+        m.set_shard_state(&key("a"), ShardState::Addressed);
+        assert_eq!(m.shards_in(ShardState::Pending), 1);
+        assert_eq!(m.shards_in(ShardState::Addressed), 1);
+        m.forget_shard(&key("a"));
+        m.forget_shard(&key("a"));
+        assert_eq!(m.shards_in(ShardState::Addressed), 0);
+    }
+
+    #[test]
+    fn the_exposition_names_every_metric_with_the_prefix() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.claim_outcome("Bound");
+        m.ipam_request("create", "ipclaims", 201, Duration::from_millis(3));
+        m.set_leader(true);
+        m.drift("missing");
+        m.reconcile_took(Duration::from_millis(1));
+        let text = encode(&registry);
+        for needle in [
+            "egress_address_shards{state=\"addressed\"} 0",
+            "egress_address_claim_outcomes_total{outcome=\"Bound\"} 1",
+            "egress_address_ipam_requests_total{verb=\"create\",resource=\"ipclaims\",code=\"201\"} 1",
+            "egress_address_ipam_request_duration_seconds_count{verb=\"create\",resource=\"ipclaims\"} 1",
+            "egress_address_leader 1",
+            "egress_address_drift_total{kind=\"missing\"} 1",
+            "egress_address_reconcile_duration_seconds_count 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Every knob of the controller, with the reference's defaults.
+
+use std::time::Duration;
+
+use crate::Error;
+use crate::workqueue::Backoff;
+
+/// The name of the leader-election Lease.
+pub const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
+/// The name events are reported under.
+pub const CONTROLLER_NAME: &str = "egress-address-controller";
+
+/// Leader election on a `coordination.k8s.io/v1` Lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaderElection {
+    pub namespace: String,
+    pub lease_name: String,
+    /// How long a lease holds without renewal before another instance may take it.
+    pub lease_duration: Duration,
+    /// The leader stops writing when it has not renewed for this long; shorter than
+    /// `lease_duration`, so it has stopped before anyone else can start.
+    pub renew_deadline: Duration,
+    /// Time between renewals, and between attempts to acquire.
+    pub retry_period: Duration,
+}
+
+impl LeaderElection {
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            lease_name: LEASE_NAME.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What the controller claims, where, and how it paces itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The IPClass handing out shard addresses (`--address-class-ipv6`).
+    pub address_class_ipv6: String,
+    /// Namespace in the platform project the claims are written in (`--claim-namespace`).
+    pub claim_namespace: String,
+    /// The location this cell serves; selects the shared range (`--location`).
+    pub location: String,
+    /// The project whose control plane serves the claims; recorded in every ref.
+    pub platform_project: String,
+    /// Watch shards in this namespace only; all namespaces when `None`.
+    pub shard_namespace: Option<String>,
+    /// Shards reconciled in parallel (one shard never twice at once).
+    pub concurrency: usize,
+    /// Per-shard retry backoff for transient failures and pending claims.
+    pub backoff: Backoff,
+    /// Re-check interval for refusals: nothing watches IPAM, so nothing else brings them back.
+    pub recheck_interval: Duration,
+    /// Interval of the drift check; zero turns it off. The first run is one interval after start.
+    pub drift_check_interval: Duration,
+    /// The same event for the same shard is repeated no sooner than this.
+    pub event_repeat_interval: Duration,
+    /// `None` runs without election: this instance always writes.
+    pub leader_election: Option<LeaderElection>,
+    /// This instance's name in the lease and in events (e.g. the pod name).
+    pub identity: String,
+    /// How long shutdown waits for in-flight work before giving up on it.
+    pub shutdown_grace: Duration,
+    /// Upper bound of a single IPAM or cell request made by a reconcile.
+    pub request_timeout: Duration,
+}
+
+impl Settings {
+    /// Settings with the reference defaults: claim namespace `default`, leader election in
+    /// namespace `default`, concurrency 4, refusals re-checked every minute, drift checked every
+    /// 10 minutes.
+    pub fn new(
+        address_class_ipv6: impl Into<String>,
+        location: impl Into<String>,
+        platform_project: impl Into<String>,
+    ) -> Self {
+        Self {
+            address_class_ipv6: address_class_ipv6.into(),
+            claim_namespace: "default".to_string(),
+            location: location.into(),
+            platform_project: platform_project.into(),
+            shard_namespace: None,
+            concurrency: 4,
+            backoff: Backoff::default(),
+            recheck_interval: Duration::from_secs(60),
+            drift_check_interval: Duration::from_secs(600),
+            event_repeat_interval: Duration::from_secs(3600),
+            leader_election: Some(LeaderElection::new("default")),
+            identity: default_identity(),
+            shutdown_grace: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The reference's setup checks, in its order; the first failure is returned.
+    pub fn validate(&self) -> Result<(), Error> {
+        let checks = [
+            (&self.address_class_ipv6, "an address class is required"),
+            (
+                &self.claim_namespace,
+                "a namespace to write claims in is required",
+            ),
+            (
+                &self.platform_project,
+                "the project serving the claims is required",
+            ),
+            (&self.location, "the location this cell serves is required"),
+        ];
+        for (value, message) in checks {
+            if value.trim().is_empty() {
+                return Err(Error::Config(message.to_string()));
+            }
+        }
+        if self.concurrency == 0 {
+            return Err(Error::Config("concurrency must be at least 1".into()));
+        }
+        if let Some(le) = &self.leader_election {
+            if le.namespace.is_empty() {
+                return Err(Error::Config(
+                    "leader election needs a namespace for its lease".into(),
+                ));
+            }
+            if le.renew_deadline >= le.lease_duration {
+                return Err(Error::Config(format!(
+                    "the renew deadline ({:?}) must be shorter than the lease duration ({:?}), or two leaders could write at once",
+                    le.renew_deadline, le.lease_duration
+                )));
+            }
+            if le.retry_period >= le.renew_deadline {
+                return Err(Error::Config(format!(
+                    "the retry period ({:?}) must be shorter than the renew deadline ({:?})",
+                    le.retry_period, le.renew_deadline
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `POD_NAME`, else the host name, plus a random suffix so that two processes on one host
+/// never share a lease identity.
+pub fn default_identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| CONTROLLER_NAME.to_string());
+    format!("{base}_{:08x}", rand::random::<u32>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let s = Settings::new("class", "dfw", "platform");
+        assert_eq!(s.claim_namespace, "default");
+        let le = s.leader_election.as_ref().unwrap();
+        assert_eq!(
+            le.lease_name,
+            "egress-address-controller.cloud.datumapis.com"
+        );
+        assert_eq!(le.lease_duration, Duration::from_secs(15));
+        assert_eq!(le.retry_period, Duration::from_secs(5));
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn validation_runs_in_the_reference_order() {
+        let mut s = Settings::new("", "", "");
+        s.claim_namespace = String::new();
+        let msg = |s: &Settings| s.validate().unwrap_err().to_string();
+        assert_eq!(msg(&s), "an address class is required");
+        s.address_class_ipv6 = "c".into();
+        assert_eq!(msg(&s), "a namespace to write claims in is required");
+        s.claim_namespace = "default".into();
+        assert_eq!(msg(&s), "the project serving the claims is required");
+        s.platform_project = "p".into();
+        assert_eq!(msg(&s), "the location this cell serves is required");
+        s.location = "dfw".into();
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn a_renew_deadline_past_the_lease_is_refused() {
+        let mut s = Settings::new("c", "l", "p");
+        s.leader_election.as_mut().unwrap().renew_deadline = Duration::from_secs(20);
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn identities_are_unique_per_process_start() {
+        assert_ne!(default_identity(), default_identity());
+    }
+}
