@@ -1,0 +1,106 @@
+//! The "ideal client": the fewest requests that can address a shard (create the claim, update the
+//! shard with the bound address), run at the same concurrency as the controller, over the same
+//! HTTP, so the controller's overhead is measured against a floor rather than against nothing.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use egress_api::ipam::{IPClaim, IPClaimSpec, ScopeRef};
+use egress_api::shard::{AddressClaimRef, EgressShard, LABEL_EGRESS_IPV6};
+use futures::StreamExt;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+use super::harness::{
+    ADDRESS_CLASS, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, address_of, shards_key,
+};
+
+/// Addresses every shard of `namespace` with `concurrency` parallel tasks; the wall time.
+pub async fn run(world: &World, namespace: &str, concurrency: usize) -> anyhow::Result<Duration> {
+    let cell = world.admin_client("cell")?;
+    let ipam = world.admin_client(PLATFORM_PROJECT)?;
+    let shards: Api<EgressShard> = Api::namespaced(cell, namespace);
+    let claims: Api<IPClaim> = Api::namespaced(ipam, CLAIM_NAMESPACE);
+    // The shards as the ideal client would have them from a watch it already holds: read from the
+    // store directly, so no request is spent on them.
+    let objects = world.lp.cell().objects(&shards_key(), Some(namespace));
+    let start = Instant::now();
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(objects)
+        .map(|obj| {
+            let shards = shards.clone();
+            let claims = claims.clone();
+            async move {
+                let mut shard: EgressShard = serde_json::from_value(obj)?;
+                address_one(&shards, &claims, namespace, &mut shard).await
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let elapsed = start.elapsed();
+    for r in results {
+        r?;
+    }
+    Ok(elapsed)
+}
+
+async fn address_one(
+    shards: &Api<EgressShard>,
+    claims: &Api<IPClaim>,
+    namespace: &str,
+    shard: &mut EgressShard,
+) -> anyhow::Result<()> {
+    let name = shard.metadata.name.clone().unwrap_or_default();
+    let claim_name = format!("ideal-{namespace}-{name}");
+    let claim = IPClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name.clone()),
+            namespace: Some(CLAIM_NAMESPACE.into()),
+            ..Default::default()
+        },
+        spec: IPClaimSpec {
+            class_name: ADDRESS_CLASS.into(),
+            ip_family: egress_api::ipam::FAMILY_IPV6.into(),
+            prefix_length: Some(128),
+            scope: BTreeMap::from([(
+                "location".to_string(),
+                ScopeRef {
+                    api_group: "networking.datumapis.com".into(),
+                    kind: "Location".into(),
+                    name: LOCATION.into(),
+                    uid: String::new(),
+                },
+            )]),
+            reclaim_policy: egress_api::ipam::RECLAIM_DELETE.into(),
+            target: egress_api::ipam::TARGET_BLOCK.into(),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let bound = claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .with_context(|| format!("creating claim {claim_name}"))?;
+    let cidr = bound.status.map(|s| s.allocated_cidr).unwrap_or_default();
+    let addr = address_of(&cidr)
+        .with_context(|| format!("claim {claim_name} answered {cidr:?}, not a /128"))?;
+    shard.spec.shard_address_ipv6 = addr.to_string();
+    shard.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+        api_group: egress_api::ipam::GROUP.into(),
+        kind: "IPClaim".into(),
+        project: PLATFORM_PROJECT.into(),
+        namespace: CLAIM_NAMESPACE.into(),
+        name: claim_name,
+    });
+    shard
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(LABEL_EGRESS_IPV6.into(), "true".into());
+    shards
+        .replace(&name, &PostParams::default(), shard)
+        .await
+        .with_context(|| format!("updating shard {namespace}/{name}"))?;
+    Ok(())
+}
