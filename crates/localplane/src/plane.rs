@@ -407,12 +407,13 @@ impl Plane {
     ) -> Result<Value, ApiError> {
         Self::check_type_meta(def, version, &mut obj)?;
         let body_ns = meta::str_at(&obj, "/metadata/namespace").to_string();
-        if let Some(ns) = ns {
-            if !body_ns.is_empty() && body_ns != ns {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
+        if let Some(ns) = ns
+            && !body_ns.is_empty()
+            && body_ns != ns
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
         }
         {
             let m = meta::meta_mut(&mut obj);
@@ -623,8 +624,16 @@ impl Plane {
         let mut new = (*old).clone();
         match kind {
             PatchKind::Json => {
-                let ops: json_patch::Patch =
+                let mut ops: json_patch::Patch =
                     serde_json::from_value(patch_value).map_err(|e| parse_err(e.to_string()))?;
+                // The apiserver's JSON patch library lets `test` of an absent path against null
+                // succeed; kube's finalizer helper relies on it when adding the first finalizer.
+                ops.0.retain(|op| match op {
+                    json_patch::PatchOperation::Test(t) => {
+                        !(t.value.is_null() && new.pointer(t.path.as_str()).is_none())
+                    }
+                    _ => true,
+                });
                 json_patch::patch(&mut new, &ops)
                     .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
             }

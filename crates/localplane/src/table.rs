@@ -124,7 +124,9 @@ pub fn eval_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
                 cur = cur.as_array()?.iter().find(|it| {
                     it.get(k.trim()).is_some_and(|x| match x {
                         Value::String(s) => s == want,
-                        other => other.to_string() == want,
+                        other => {
+                            *other == serde_json::from_str::<Value>(want).unwrap_or(Value::Null)
+                        }
                     })
                 })?;
             } else if inner == "*" {

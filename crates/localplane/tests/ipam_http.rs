@@ -11,7 +11,10 @@ use localplane::{Identity, LocalPlane, Running};
 use serde_json::{Value, json};
 
 const PLATFORM: &str = "platform";
-const INVENTORY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/ipam/egress-shard-ipv6.yaml");
+const INVENTORY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../config/ipam/egress-shard-ipv6.yaml"
+);
 
 async fn start() -> Running {
     let lp = LocalPlane::builder()
@@ -39,7 +42,12 @@ fn refusal(e: Error) -> Box<Status> {
 fn causes(s: &Status) -> Vec<(String, String, String)> {
     s.details
         .as_ref()
-        .map(|d| d.causes.iter().map(|c| (c.reason.clone(), c.message.clone(), c.field.clone())).collect())
+        .map(|d| {
+            d.causes
+                .iter()
+                .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -75,7 +83,13 @@ async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Box<S
     let mut out = Vec::new();
     for d in inventory_docs(cidr) {
         let obj: DynamicObject = serde_json::from_value(d.clone()).unwrap();
-        out.push(dynamic_api(c, &d).create(&PostParams::default(), &obj).await.map(|_| ()).map_err(refusal));
+        out.push(
+            dynamic_api(c, &d)
+                .create(&PostParams::default(), &obj)
+                .await
+                .map(|_| ())
+                .map_err(refusal),
+        );
     }
     out
 }
@@ -103,7 +117,10 @@ fn claim(name: &str, spec: Value) -> IPClaim {
 }
 
 fn cidr(c: &IPClaim) -> String {
-    c.status.as_ref().map(|s| s.allocated_cidr.clone()).unwrap_or_default()
+    c.status
+        .as_ref()
+        .map(|s| s.allocated_cidr.clone())
+        .unwrap_or_default()
 }
 
 /// The expected IPAllocation name: `alloc-` + 8 bytes of SHA-256 over `<ns>/<claim>`.
@@ -119,11 +136,18 @@ async fn flat(c: &Client, cidr: &str, class_spec: Value) {
         "spec": {"cidr": cidr, "ipFamily": fam, "classNames": ["flat"]},
     }))
     .unwrap();
-    Api::<IPPool>::all(c.clone()).create(&PostParams::default(), &pool).await.unwrap();
+    Api::<IPPool>::all(c.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
     let mut spec = class_spec;
     spec["ipFamily"] = json!(fam);
-    let class: IPClass = serde_json::from_value(json!({"metadata": {"name": "flat"}, "spec": spec})).unwrap();
-    Api::<IPClass>::all(c.clone()).create(&PostParams::default(), &class).await.unwrap();
+    let class: IPClass =
+        serde_json::from_value(json!({"metadata": {"name": "flat"}, "spec": spec})).unwrap();
+    Api::<IPClass>::all(c.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -133,15 +157,28 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
     let results = apply_inventory(&c, None).await;
     let refused = results[0].as_ref().unwrap_err();
     assert_eq!(refused.code, 422);
-    assert!(refused.message.contains("cidr is required for root pools"), "{}", refused.message);
-    assert!(Api::<IPPool>::all(c.clone()).get_opt("datum-egress-shard-ipv6-root").await.unwrap().is_none());
+    assert!(
+        refused.message.contains("cidr is required for root pools"),
+        "{}",
+        refused.message
+    );
+    assert!(
+        Api::<IPPool>::all(c.clone())
+            .get_opt("datum-egress-shard-ipv6-root")
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     let lp2 = start().await;
     let c2 = client(&lp2, PLATFORM);
     for r in apply_inventory(&c2, Some("2001:db8::/40")).await {
         r.unwrap();
     }
-    let root = Api::<IPPool>::all(c2.clone()).get("datum-egress-shard-ipv6-root").await.unwrap();
+    let root = Api::<IPPool>::all(c2.clone())
+        .get("datum-egress-shard-ipv6-root")
+        .await
+        .unwrap();
     let st = root.status.unwrap();
     assert_eq!(st.phase, "Ready");
     assert_eq!(st.allocated_cidr, "2001:db8::/40");
@@ -160,8 +197,14 @@ async fn a_claim_binds_on_create_through_the_cascade() {
     }
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let mut desired = shard_claim("egress-shard-ipv6.galactic-system.worker-a", "dfw");
-    desired.spec.owner_ref = Some(egress_api::ipam::ObjectRef { name: "mine".into(), ..Default::default() });
-    let bound = claims.create(&PostParams::default(), &desired).await.unwrap();
+    desired.spec.owner_ref = Some(egress_api::ipam::ObjectRef {
+        name: "mine".into(),
+        ..Default::default()
+    });
+    let bound = claims
+        .create(&PostParams::default(), &desired)
+        .await
+        .unwrap();
     let st = bound.status.clone().unwrap();
     assert_eq!(st.phase, "Bound");
     assert_eq!(st.allocated_cidr, "2001:db8::/128");
@@ -169,35 +212,75 @@ async fn a_claim_binds_on_create_through_the_cascade() {
     let alloc = alloc_name("default", "egress-shard-ipv6.galactic-system.worker-a");
     assert_eq!(st.bound_allocation_ref.unwrap().name, alloc);
     let pool_name = st.pool_ref.unwrap().name;
-    assert!(pool_name.starts_with("datum-egress-shard-ipv6-dfw-"), "{pool_name}");
+    assert!(
+        pool_name.starts_with("datum-egress-shard-ipv6-dfw-"),
+        "{pool_name}"
+    );
     let owner = bound.spec.owner_ref.unwrap();
     assert_eq!(
-        (owner.api_group.as_str(), owner.kind.as_str(), owner.name.as_str()),
+        (
+            owner.api_group.as_str(),
+            owner.kind.as_str(),
+            owner.name.as_str()
+        ),
         ("resourcemanager.miloapis.com", "Project", PLATFORM)
     );
 
     // The raw body has no status.address key at all.
-    let raw: Value = serde_json::to_value(claims.get(&bound.metadata.name.clone().unwrap()).await.unwrap()).unwrap();
+    let raw: Value = serde_json::to_value(
+        claims
+            .get(&bound.metadata.name.clone().unwrap())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
     assert!(raw["status"].get("address").is_none());
 
     let pool = Api::<IPPool>::all(c.clone()).get(&pool_name).await.unwrap();
     let labels = pool.metadata.labels.clone().unwrap();
-    assert_eq!(labels["ipam.miloapis.com/provisioned-by-class"], "datum-egress-shard-ipv6");
+    assert_eq!(
+        labels["ipam.miloapis.com/provisioned-by-class"],
+        "datum-egress-shard-ipv6"
+    );
     assert!(labels.contains_key("ipam.miloapis.com/scope-digest"));
     let ps = pool.status.unwrap();
-    assert_eq!((ps.phase.as_str(), ps.allocated_cidr.as_str()), ("Ready", "2001:db8::/48"));
-    assert_eq!(pool.spec.parent_pool_ref.unwrap().name, "datum-egress-shard-ipv6-root");
-    let root = Api::<IPPool>::all(c.clone()).get("datum-egress-shard-ipv6-root").await.unwrap();
-    assert_eq!(root.status.unwrap().capacity.unwrap().allocated, (1u128 << 80).to_string());
+    assert_eq!(
+        (ps.phase.as_str(), ps.allocated_cidr.as_str()),
+        ("Ready", "2001:db8::/48")
+    );
+    assert_eq!(
+        pool.spec.parent_pool_ref.unwrap().name,
+        "datum-egress-shard-ipv6-root"
+    );
+    let root = Api::<IPPool>::all(c.clone())
+        .get("datum-egress-shard-ipv6-root")
+        .await
+        .unwrap();
+    assert_eq!(
+        root.status.unwrap().capacity.unwrap().allocated,
+        (1u128 << 80).to_string()
+    );
 
-    let a = Api::<IPAllocation>::namespaced(c.clone(), "default").get(&alloc).await.unwrap();
-    assert_eq!(a.spec.claim_ref.unwrap().name, "egress-shard-ipv6.galactic-system.worker-a");
+    let a = Api::<IPAllocation>::namespaced(c.clone(), "default")
+        .get(&alloc)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.spec.claim_ref.unwrap().name,
+        "egress-shard-ipv6.galactic-system.worker-a"
+    );
     assert_eq!(a.spec.reclaim_policy, "Delete");
     assert_eq!(a.status.unwrap().allocated_cidr, "2001:db8::/128");
 
-    let next = claims.create(&PostParams::default(), &shard_claim("b", "dfw")).await.unwrap();
+    let next = claims
+        .create(&PostParams::default(), &shard_claim("b", "dfw"))
+        .await
+        .unwrap();
     assert_eq!(cidr(&next), "2001:db8::1/128");
-    let elsewhere = claims.create(&PostParams::default(), &shard_claim("c", "ord")).await.unwrap();
+    let elsewhere = claims
+        .create(&PostParams::default(), &shard_claim("c", "ord"))
+        .await
+        .unwrap();
     assert_eq!(cidr(&elsewhere), "2001:db8:1::/128");
 }
 
@@ -214,7 +297,15 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
         tasks.push(tokio::spawn(async move {
             let claims: Api<IPClaim> = Api::namespaced(c, "default");
             let loc = if i % 2 == 0 { "dfw" } else { "ord" };
-            cidr(&claims.create(&PostParams::default(), &shard_claim(&format!("shard-{i}"), loc)).await.unwrap())
+            cidr(
+                &claims
+                    .create(
+                        &PostParams::default(),
+                        &shard_claim(&format!("shard-{i}"), loc),
+                    )
+                    .await
+                    .unwrap(),
+            )
         }));
     }
     let mut seen = BTreeSet::new();
@@ -224,10 +315,16 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
         assert!(seen.insert(got.clone()), "{got} handed out twice");
     }
     assert_eq!(seen.len(), 64);
-    let allocs = Api::<IPAllocation>::namespaced(c.clone(), "default").list(&Default::default()).await.unwrap();
+    let allocs = Api::<IPAllocation>::namespaced(c.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
     assert_eq!(allocs.items.len(), 64);
     // Two locations, one pool each, carved once however the first claims raced.
-    let pools = Api::<IPPool>::all(c).list(&Default::default()).await.unwrap();
+    let pools = Api::<IPPool>::all(c)
+        .list(&Default::default())
+        .await
+        .unwrap();
     assert_eq!(pools.items.len(), 3);
 }
 
@@ -241,44 +338,105 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
     let pp = PostParams::default();
 
     // Delete: the allocation goes and the next claim is handed the same block.
-    let a = claims.create(&pp, &claim("a", json!({"className": "flat"}))).await.unwrap();
+    let a = claims
+        .create(&pp, &claim("a", json!({"className": "flat"})))
+        .await
+        .unwrap();
     claims.delete("a", &DeleteParams::default()).await.unwrap();
-    assert!(allocs.get_opt(&alloc_name("default", "a")).await.unwrap().is_none());
-    let b = claims.create(&pp, &claim("b", json!({"className": "flat"}))).await.unwrap();
+    assert!(
+        allocs
+            .get_opt(&alloc_name("default", "a"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let b = claims
+        .create(&pp, &claim("b", json!({"className": "flat"})))
+        .await
+        .unwrap();
     assert_eq!(cidr(&b), cidr(&a));
 
     // Retain: the allocation stays, unbound, and the name is refused.
-    let r = claims.create(&pp, &claim("r", json!({"className": "flat", "reclaimPolicy": "Retain"}))).await.unwrap();
+    let r = claims
+        .create(
+            &pp,
+            &claim("r", json!({"className": "flat", "reclaimPolicy": "Retain"})),
+        )
+        .await
+        .unwrap();
     let held = alloc_name("default", "r");
     claims.delete("r", &DeleteParams::default()).await.unwrap();
     let kept = allocs.get(&held).await.unwrap();
     assert!(kept.spec.claim_ref.is_none());
     let kept_status = kept.status.unwrap();
     assert_eq!(kept_status.allocated_cidr, cidr(&r));
-    let cond = kept_status.conditions.iter().find(|c| c.type_ == "Bound").unwrap();
-    assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("False", "Retained"));
+    let cond = kept_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Bound")
+        .unwrap();
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("False", "Retained")
+    );
 
-    let e = refusal(claims.create(&pp, &claim("r", json!({"className": "flat"}))).await.unwrap_err());
+    let e = refusal(
+        claims
+            .create(&pp, &claim("r", json!({"className": "flat"})))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
     assert!(
-        e.message.starts_with("Operation cannot be fulfilled on ipclaims.ipam.miloapis.com \"r\": "),
+        e.message
+            .starts_with("Operation cannot be fulfilled on ipclaims.ipam.miloapis.com \"r\": "),
         "{}",
         e.message
     );
     let d = e.details.as_ref().unwrap();
-    assert_eq!((d.name.as_str(), d.group.as_str(), d.kind.as_str()), ("r", "ipam.miloapis.com", "ipclaims"));
-    assert_eq!(causes(&e), vec![("AllocationRetained".to_string(), held.clone(), String::new())]);
-    assert!(claims.get_opt("r").await.unwrap().is_none(), "the refused claim is not stored");
+    assert_eq!(
+        (d.name.as_str(), d.group.as_str(), d.kind.as_str()),
+        ("r", "ipam.miloapis.com", "ipclaims")
+    );
+    assert_eq!(
+        causes(&e),
+        vec![(
+            "AllocationRetained".to_string(),
+            held.clone(),
+            String::new()
+        )]
+    );
+    assert!(
+        claims.get_opt("r").await.unwrap().is_none(),
+        "the refused claim is not stored"
+    );
 
     // A bound allocation cannot be deleted; the retained one can, and that frees its address.
-    let e = refusal(allocs.delete(&alloc_name("default", "b"), &DeleteParams::default()).await.unwrap_err());
+    let e = refusal(
+        allocs
+            .delete(&alloc_name("default", "b"), &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 409);
-    let other = claims.create(&pp, &claim("o", json!({"className": "flat"}))).await.unwrap();
+    let other = claims
+        .create(&pp, &claim("o", json!({"className": "flat"})))
+        .await
+        .unwrap();
     assert_ne!(cidr(&other), cidr(&r));
-    allocs.delete(&held, &DeleteParams::default()).await.unwrap();
-    let reuse = claims.create(&pp, &claim("n", json!({"className": "flat"}))).await.unwrap();
+    allocs
+        .delete(&held, &DeleteParams::default())
+        .await
+        .unwrap();
+    let reuse = claims
+        .create(&pp, &claim("n", json!({"className": "flat"})))
+        .await
+        .unwrap();
     assert_eq!(cidr(&reuse), cidr(&r));
-    claims.create(&pp, &claim("r", json!({"className": "flat"}))).await.unwrap();
+    claims
+        .create(&pp, &claim("r", json!({"className": "flat"})))
+        .await
+        .unwrap();
 
     // Allocations are the server's: creating one is refused.
     let mut forged = allocs.get(&alloc_name("default", "n")).await.unwrap();
@@ -299,7 +457,15 @@ async fn refusals_are_in_ipams_wire_shape() {
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
 
-    let e = refusal(claims.create(&pp, &claim("x", json!({"className": "nope", "ipFamily": "IPv6"}))).await.unwrap_err());
+    let e = refusal(
+        claims
+            .create(
+                &pp,
+                &claim("x", json!({"className": "nope", "ipFamily": "IPv6"})),
+            )
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
     assert!(has_cause(&e, "ClassNotFound"));
 
@@ -315,28 +481,55 @@ async fn refusals_are_in_ipams_wire_shape() {
     let e = refusal(claims.create(&pp, &no_scope).await.unwrap_err());
     assert_eq!(e.code, 400);
     assert_eq!(
-        causes(&e).into_iter().map(|(r, _, f)| (r, f)).collect::<Vec<_>>(),
-        vec![("ScopeRolesMissing".to_string(), "spec.scope.location".to_string())]
+        causes(&e)
+            .into_iter()
+            .map(|(r, _, f)| (r, f))
+            .collect::<Vec<_>>(),
+        vec![(
+            "ScopeRolesMissing".to_string(),
+            "spec.scope.location".to_string()
+        )]
     );
 
     let lonely: IPClass =
         serde_json::from_value(json!({"metadata": {"name": "lonely"}, "spec": {"ipFamily": "IPv6", "defaultPrefixLength": 128}}))
             .unwrap();
-    Api::<IPClass>::all(c.clone()).create(&pp, &lonely).await.unwrap();
-    let e = refusal(claims.create(&pp, &claim("x", json!({"className": "lonely", "ipFamily": "IPv6"}))).await.unwrap_err());
+    Api::<IPClass>::all(c.clone())
+        .create(&pp, &lonely)
+        .await
+        .unwrap();
+    let e = refusal(
+        claims
+            .create(
+                &pp,
+                &claim("x", json!({"className": "lonely", "ipFamily": "IPv6"})),
+            )
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "NoOfferingPool"));
 
     // The /47 root holds two /48 location pools; a third location exhausts it.
     claims.create(&pp, &shard_claim("a", "dfw")).await.unwrap();
     claims.create(&pp, &shard_claim("b", "ord")).await.unwrap();
-    let e = refusal(claims.create(&pp, &shard_claim("c", "sjc")).await.unwrap_err());
+    let e = refusal(
+        claims
+            .create(&pp, &shard_claim("c", "sjc"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (507, "InsufficientStorage"));
     assert!(has_cause(&e, "Exhausted"));
     assert!(claims.get_opt("c").await.unwrap().is_none());
 
     // A live duplicate is a 409 (the plane answers it before IPAM is consulted).
-    let e = refusal(claims.create(&pp, &shard_claim("a", "dfw")).await.unwrap_err());
+    let e = refusal(
+        claims
+            .create(&pp, &shard_claim("a", "dfw"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 409);
 }
 
@@ -347,16 +540,42 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
     flat(&c, "10.0.0.0/31", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
-    claims.create(&pp, &claim("a", json!({"className": "flat"}))).await.unwrap();
-    claims.create(&pp, &claim("b", json!({"className": "flat"}))).await.unwrap();
-    let e = refusal(claims.create(&pp, &claim("c", json!({"className": "flat"}))).await.unwrap_err());
+    claims
+        .create(&pp, &claim("a", json!({"className": "flat"})))
+        .await
+        .unwrap();
+    claims
+        .create(&pp, &claim("b", json!({"className": "flat"})))
+        .await
+        .unwrap();
+    let e = refusal(
+        claims
+            .create(&pp, &claim("c", json!({"className": "flat"})))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 507);
     let d = e.details.as_ref().unwrap();
-    assert_eq!((d.name.as_str(), d.group.as_str(), d.kind.as_str()), ("flat-pool", "ipam.miloapis.com", "ippools"));
+    assert_eq!(
+        (d.name.as_str(), d.group.as_str(), d.kind.as_str()),
+        ("flat-pool", "ipam.miloapis.com", "ippools")
+    );
     assert!(has_cause(&e, "Exhausted"));
-    let pool = Api::<IPPool>::all(c).get("flat-pool").await.unwrap().status.unwrap();
+    let pool = Api::<IPPool>::all(c)
+        .get("flat-pool")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     let cap = pool.capacity.unwrap();
-    assert_eq!((cap.total.as_str(), cap.allocated.as_str(), cap.available.as_str()), ("2", "2", "0"));
+    assert_eq!(
+        (
+            cap.total.as_str(),
+            cap.allocated.as_str(),
+            cap.available.as_str()
+        ),
+        ("2", "2", "0")
+    );
     assert_eq!(pool.utilization_percent, Some(100.0));
 }
 
@@ -364,13 +583,36 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
 async fn addresses_are_unique_only_within_the_class_space() {
     let lp = start().await;
     let c = client(&lp, PLATFORM);
-    flat(&c, "10.0.0.0/24", json!({"defaultPrefixLength": 32, "uniqueWithin": ["network"]})).await;
+    flat(
+        &c,
+        "10.0.0.0/24",
+        json!({"defaultPrefixLength": 32, "uniqueWithin": ["network"]}),
+    )
+    .await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
     let net = |n: &str| json!({"network": {"apiGroup": "networking.datumapis.com", "kind": "Network", "name": n}});
-    let a = claims.create(&pp, &claim("a", json!({"className": "flat", "scope": net("one")}))).await.unwrap();
-    let b = claims.create(&pp, &claim("b", json!({"className": "flat", "scope": net("two")}))).await.unwrap();
-    let a2 = claims.create(&pp, &claim("a2", json!({"className": "flat", "scope": net("one")}))).await.unwrap();
+    let a = claims
+        .create(
+            &pp,
+            &claim("a", json!({"className": "flat", "scope": net("one")})),
+        )
+        .await
+        .unwrap();
+    let b = claims
+        .create(
+            &pp,
+            &claim("b", json!({"className": "flat", "scope": net("two")})),
+        )
+        .await
+        .unwrap();
+    let a2 = claims
+        .create(
+            &pp,
+            &claim("a2", json!({"className": "flat", "scope": net("one")})),
+        )
+        .await
+        .unwrap();
     assert_eq!(cidr(&a), cidr(&b));
     assert_ne!(cidr(&a), cidr(&a2));
 }
@@ -386,40 +628,74 @@ async fn immutable_fields_are_refused() {
     let pp = PatchParams::default();
     let e = refusal(
         pools
-            .patch("datum-egress-shard-ipv6-root", &pp, &Patch::Merge(json!({"spec": {"cidr": "2001:db9::/40"}})))
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(e.code, 422);
-    assert!(causes(&e).iter().any(|(r, _, f)| r == "FieldValueForbidden" && f == "spec.cidr"), "{e:?}");
-    // Mutable fields still change.
-    pools
-        .patch("datum-egress-shard-ipv6-root", &pp, &Patch::Merge(json!({"spec": {"classNames": ["datum-egress-shard-ipv6", "x"]}})))
-        .await
-        .unwrap();
-
-    let classes: Api<IPClass> = Api::all(c.clone());
-    for (field, value) in [("poolPer", json!(["network"])), ("uniqueWithin", json!(["network"])), ("ipFamily", json!("IPv4"))] {
-        let e = refusal(
-            classes
-                .patch("datum-egress-shard-ipv6", &pp, &Patch::Merge(json!({"spec": {field: value}})))
-                .await
-                .unwrap_err(),
-        );
-        assert_eq!(e.code, 422, "{field}");
-        assert!(causes(&e).iter().any(|(_, _, f)| f == &format!("spec.{field}")), "{field}: {e:?}");
-    }
-    let e = refusal(
-        classes
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "nofam"}, "spec": {"defaultPrefixLength": 64}})).unwrap(),
+            .patch(
+                "datum-egress-shard-ipv6-root",
+                &pp,
+                &Patch::Merge(json!({"spec": {"cidr": "2001:db9::/40"}})),
             )
             .await
             .unwrap_err(),
     );
     assert_eq!(e.code, 422);
-    assert!(e.message.contains("ipFamily is required: a class hands out one address family"), "{}", e.message);
+    assert!(
+        causes(&e)
+            .iter()
+            .any(|(r, _, f)| r == "FieldValueForbidden" && f == "spec.cidr"),
+        "{e:?}"
+    );
+    // Mutable fields still change.
+    pools
+        .patch(
+            "datum-egress-shard-ipv6-root",
+            &pp,
+            &Patch::Merge(json!({"spec": {"classNames": ["datum-egress-shard-ipv6", "x"]}})),
+        )
+        .await
+        .unwrap();
+
+    let classes: Api<IPClass> = Api::all(c.clone());
+    for (field, value) in [
+        ("poolPer", json!(["network"])),
+        ("uniqueWithin", json!(["network"])),
+        ("ipFamily", json!("IPv4")),
+    ] {
+        let e = refusal(
+            classes
+                .patch(
+                    "datum-egress-shard-ipv6",
+                    &pp,
+                    &Patch::Merge(json!({"spec": {field: value}})),
+                )
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(e.code, 422, "{field}");
+        assert!(
+            causes(&e)
+                .iter()
+                .any(|(_, _, f)| f == &format!("spec.{field}")),
+            "{field}: {e:?}"
+        );
+    }
+    let e = refusal(
+        classes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": "nofam"}, "spec": {"defaultPrefixLength": 64}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("ipFamily is required: a class hands out one address family"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -436,7 +712,10 @@ async fn a_write_with_no_project_is_refused() {
     let c = client(&lp, "cell");
     let e = refusal(
         Api::<IPClaim>::namespaced(c, "default")
-            .create(&PostParams::default(), &claim("x", json!({"ipFamily": "IPv4"})))
+            .create(
+                &PostParams::default(),
+                &claim("x", json!({"ipFamily": "IPv4"})),
+            )
             .await
             .unwrap_err(),
     );
@@ -450,9 +729,26 @@ async fn every_project_plane_serves_ipam_with_its_own_state() {
     let p = client(&lp, PLATFORM);
     let t = client(&lp, "tenant");
     flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32})).await;
-    flat(&t, "10.0.0.0/24", json!({"defaultPrefixLength": 32, "visibility": "consumer"})).await;
-    let pa = Api::<IPClaim>::namespaced(p, "default").create(&PostParams::default(), &claim("a", json!({"className": "flat"}))).await.unwrap();
-    let ta = Api::<IPClaim>::namespaced(t, "default").create(&PostParams::default(), &claim("a", json!({"className": "flat"}))).await.unwrap();
+    flat(
+        &t,
+        "10.0.0.0/24",
+        json!({"defaultPrefixLength": 32, "visibility": "consumer"}),
+    )
+    .await;
+    let pa = Api::<IPClaim>::namespaced(p, "default")
+        .create(
+            &PostParams::default(),
+            &claim("a", json!({"className": "flat"})),
+        )
+        .await
+        .unwrap();
+    let ta = Api::<IPClaim>::namespaced(t, "default")
+        .create(
+            &PostParams::default(),
+            &claim("a", json!({"className": "flat"})),
+        )
+        .await
+        .unwrap();
     assert_eq!(cidr(&pa), "10.0.0.0/32");
     assert_eq!(cidr(&ta), "10.0.0.0/32");
     assert_eq!(ta.spec.owner_ref.unwrap().name, "tenant");

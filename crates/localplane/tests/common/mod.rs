@@ -1,0 +1,75 @@
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use localplane::{Identity, LocalPlane, LocalPlaneBuilder, Running};
+
+pub const ADMIN: &str = "admin";
+pub const ADMIN_TOKEN: &str = "admin-token";
+pub const USER: &str = "controller";
+pub const USER_TOKEN: &str = "controller-token";
+pub const USER_NAME: &str = "system:egress-address@cloud.datumapis.com";
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// The cell with the repository's CRDs, a fixture CRD, a project, an admin and a plain user.
+pub fn builder() -> LocalPlaneBuilder {
+    LocalPlane::builder()
+        .crd_dir(repo_root().join("config/crd"))
+        .crd_dir(fixtures().join("crds"))
+        .project("p1")
+        .project_crd_dir(fixtures().join("crds"))
+        .identity(Identity::admin(ADMIN, ADMIN_TOKEN))
+        .identity(Identity::user(USER, USER_TOKEN, USER_NAME))
+        .namespace("ns1")
+}
+
+pub async fn serve(b: LocalPlaneBuilder) -> Running {
+    b.build()
+        .expect("localplane builds")
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("localplane serves")
+}
+
+/// A raw HTTP request, for asserting on wire details kube hides.
+pub async fn raw(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client: Client<_, Full<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut req = http::Request::builder().method(method).uri(url);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(
+            req.body(Full::new(bytes::Bytes::from(body.to_string())))
+                .unwrap(),
+        )
+        .await
+        .expect("request");
+    let code = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, ct, String::from_utf8_lossy(&body).into_owned())
+}
