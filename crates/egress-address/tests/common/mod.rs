@@ -1,0 +1,360 @@
+//! A localplane (cell + Milo platform project with IPAM) on loopback, and a controller against it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use egress_address::{Controller, Handle, Metrics, Settings};
+use egress_api::ipam::{IPAllocation, IPClaim};
+use egress_api::shard::{EgressShard, EgressShardSpec, TargetRef};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use localplane::{
+    Caller, FaultConfig, FaultRule, Identity, LocalPlane, PlaneTxn, RequestKey, ResourceKey,
+    Running, StorageHooks,
+};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const PLATFORM: &str = "datum-platform";
+pub const CLASS: &str = "datum-egress-shard-address-ipv6";
+pub const LOCATION: &str = "dfw";
+pub const SHARD_NS: &str = "galactic-system";
+pub const CLAIM_NS: &str = "default";
+pub const ADMIN: &str = "admin";
+pub const ADMIN_TOKEN: &str = "admin-token";
+pub const ROOT_CIDR: &str = "2607:ed40:100::/40";
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The repository's IPAM inventory with the root pool's CIDR filled in, as an operator would.
+pub fn inventory_file(dir: &std::path::Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo_root().join("config/ipam/egress-shard-ipv6.yaml"))
+        .expect("config/ipam/egress-shard-ipv6.yaml");
+    let text = text.replacen("cidr: \"\"", &format!("cidr: \"{ROOT_CIDR}\""), 1);
+    let path = dir.join("inventory.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub struct Plane {
+    pub lp: Running,
+    pub dir: tempfile::TempDir,
+}
+
+impl Plane {
+    pub async fn start() -> Plane {
+        let dir = tempfile::tempdir().unwrap();
+        let inventory = inventory_file(dir.path());
+        let lp = LocalPlane::builder()
+            .crd_dir(repo_root().join("config/crd"))
+            .project(PLATFORM)
+            .project_namespace(CLAIM_NS)
+            .namespace(SHARD_NS)
+            .identity(Identity::admin(ADMIN, ADMIN_TOKEN))
+            .ipam(PLATFORM)
+            .manifest(PLATFORM, inventory)
+            .build()
+            .expect("localplane builds");
+        let mut lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        lp.set_kubeconfig_dir(dir.path());
+        Plane { lp, dir }
+    }
+
+    pub fn cell(&self) -> Client {
+        self.lp.http_client("cell", ADMIN).unwrap()
+    }
+
+    pub fn ipam_admin(&self) -> Client {
+        self.lp.http_client(PLATFORM, ADMIN).unwrap()
+    }
+
+    /// The controller's IPAM client, built the way the binary builds it: from a kubeconfig whose
+    /// server is the base URL, with the path replaced by the project's.
+    pub async fn ipam_for_controller(&self) -> Client {
+        let path = self.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        egress_address::ipam_client(&path, PLATFORM).await.unwrap()
+    }
+
+    pub fn shards(&self) -> Api<EgressShard> {
+        Api::namespaced(self.cell(), SHARD_NS)
+    }
+
+    pub fn claims(&self) -> Api<IPClaim> {
+        Api::namespaced(self.ipam_admin(), CLAIM_NS)
+    }
+
+    pub fn allocations(&self) -> Api<IPAllocation> {
+        Api::namespaced(self.ipam_admin(), CLAIM_NS)
+    }
+
+    pub async fn create_shard(&self, name: &str) -> EgressShard {
+        self.shards()
+            .create(&PostParams::default(), &new_shard(name))
+            .await
+            .unwrap()
+    }
+
+    /// Reads the store directly: no request, so request counts stay the controller's own.
+    pub fn shard_now(&self, name: &str) -> Option<EgressShard> {
+        let key = ResourceKey::new("network.datumapis.com", "egressshards");
+        let v = self.lp.cell().object(&key, Some(SHARD_NS), name)?;
+        Some(serde_json::from_value(v).unwrap())
+    }
+
+    /// The claim as stored, read without a request.
+    pub fn claim_now(&self, name: &str) -> Option<IPClaim> {
+        let key = ResourceKey::new("ipam.miloapis.com", "ipclaims");
+        let v = self
+            .lp
+            .project(PLATFORM)?
+            .object(&key, Some(CLAIM_NS), name)?;
+        Some(serde_json::from_value(v).unwrap())
+    }
+
+    pub async fn shard(&self, name: &str) -> EgressShard {
+        self.shards().get(name).await.unwrap()
+    }
+
+    /// Requests that do work: everything but list/watch, events and leases.
+    pub fn work_requests(&self) -> Vec<(RequestKey, u64)> {
+        self.lp
+            .metrics()
+            .snapshot()
+            .into_iter()
+            .filter(|c| is_work(&c.key))
+            .map(|c| (c.key, c.count))
+            .collect()
+    }
+
+    pub fn work_request_total(&self) -> u64 {
+        self.lp.metrics().count(is_work)
+    }
+
+    pub fn reset_counters(&self) {
+        self.lp.metrics().reset();
+    }
+
+    pub fn set_faults(&self, rules: Vec<FaultRule>) {
+        self.lp.faults().set(FaultConfig {
+            seed: Some(1),
+            rules,
+            watch_cut_after_seconds: None,
+        });
+    }
+
+    pub fn clear_faults(&self) {
+        self.lp.faults().clear();
+    }
+
+    /// Adds server behaviour on the platform plane after IPAM's own (e.g. to rewrite answers).
+    pub fn add_platform_hook(&self, hook: Arc<dyn StorageHooks>) {
+        self.lp.project(PLATFORM).unwrap().add_hooks(hook);
+    }
+
+    pub async fn events_for(&self, shard: &str) -> Vec<Event> {
+        let api: Api<Event> = Api::namespaced(self.cell(), SHARD_NS);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(shard))
+            .collect()
+    }
+
+    pub async fn event_reasons(&self, shard: &str) -> Vec<String> {
+        self.events_for(shard)
+            .await
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+}
+
+pub fn is_work(k: &RequestKey) -> bool {
+    !matches!(k.verb.as_str(), "list" | "watch")
+        && !k.resource.starts_with("events")
+        && !k.resource.starts_with("leases")
+        && (k.resource.starts_with("ipclaims")
+            || k.resource.starts_with("ipallocations")
+            || k.resource.starts_with("egressshards"))
+}
+
+pub fn new_shard(name: &str) -> EgressShard {
+    let mut s = EgressShard::new(
+        name,
+        EgressShardSpec {
+            target_ref: TargetRef {
+                kind: "Node".into(),
+                name: format!("node-{name}"),
+            },
+            ..Default::default()
+        },
+    );
+    s.metadata.namespace = Some(SHARD_NS.into());
+    s
+}
+
+/// Settings tuned for tests: no election unless asked, fast retries, no drift check.
+pub fn settings() -> Settings {
+    let mut s = Settings::new(CLASS, LOCATION, PLATFORM);
+    s.claim_namespace = CLAIM_NS.into();
+    s.leader_election = None;
+    s.backoff.base = Duration::from_millis(50);
+    s.backoff.cap = Duration::from_millis(500);
+    s.recheck_interval = Duration::from_millis(300);
+    s.drift_check_interval = Duration::ZERO;
+    s.shutdown_grace = Duration::from_secs(2);
+    s.request_timeout = Duration::from_secs(5);
+    s
+}
+
+pub struct Running_ {
+    pub handle: Handle,
+    pub metrics: Metrics,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), egress_address::Error>>>,
+}
+
+pub type Ctl = Running_;
+
+impl Running_ {
+    pub async fn stop(mut self) -> Result<(), egress_address::Error> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task.take().unwrap().await.unwrap()
+    }
+}
+
+impl Drop for Running_ {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+pub async fn start_controller(plane: &Plane, settings: Settings) -> Ctl {
+    start_controller_with(settings, plane.cell(), plane.ipam_for_controller().await).await
+}
+
+pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Client) -> Ctl {
+    let metrics = Metrics::unregistered();
+    let controller = Controller::new(settings, cell, ipam, metrics.clone()).unwrap();
+    let handle = controller.handle();
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async move {
+        let _ = rx.await;
+    }));
+    let ctl = Running_ {
+        handle,
+        metrics,
+        stop: Some(tx),
+        task: Some(task),
+    };
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_ready())
+        .await
+        .expect("the controller becomes ready");
+    ctl
+}
+
+/// Polls until `f` returns `Some`, or panics after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub async fn addressed(plane: &Plane, name: &str) -> EgressShard {
+    eventually(10, &format!("shard {name} to be addressed"), || async {
+        let s = plane.shard_now(name)?;
+        (!s.spec.shard_address_ipv6.is_empty()).then_some(s)
+    })
+    .await
+}
+
+/// Lets the controller settle: watch events delivered, queues drained.
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_millis(600)).await;
+}
+
+/// A hook that rewrites what IPAM put in a new claim's `status.allocatedCIDR` (after IPAM bound
+/// it), to play an IPAM that answers unbound or unusably.
+pub struct RewriteCidr(pub String);
+
+impl StorageHooks for RewriteCidr {
+    fn handles(&self, res: &ResourceKey) -> bool {
+        res.group == "ipam.miloapis.com" && res.plural == "ipclaims"
+    }
+
+    fn before_create(
+        &self,
+        _txn: &mut dyn PlaneTxn,
+        _caller: &Caller,
+        _res: &ResourceKey,
+        obj: &mut Value,
+    ) -> Result<(), kube::core::Status> {
+        let status = obj
+            .as_object_mut()
+            .unwrap()
+            .entry("status")
+            .or_insert_with(|| json!({}));
+        if self.0.is_empty() {
+            status.as_object_mut().unwrap().remove("allocatedCIDR");
+            status["phase"] = json!("Pending");
+        } else {
+            status["allocatedCIDR"] = json!(self.0);
+        }
+        Ok(())
+    }
+
+    fn before_update(
+        &self,
+        _txn: &mut dyn PlaneTxn,
+        _caller: &Caller,
+        _res: &ResourceKey,
+        _old: &Value,
+        _new: &mut Value,
+    ) -> Result<(), kube::core::Status> {
+        Ok(())
+    }
+
+    fn before_delete(
+        &self,
+        _txn: &mut dyn PlaneTxn,
+        _caller: &Caller,
+        _res: &ResourceKey,
+        _obj: &Value,
+    ) -> Result<(), kube::core::Status> {
+        Ok(())
+    }
+}
+
+pub fn fault(plane: &str, verb: &str, resource: &str, code: u16) -> FaultRule {
+    FaultRule {
+        plane: Some(plane.into()),
+        verb: Some(verb.into()),
+        resource: Some(resource.into()),
+        error_rate: 1.0,
+        code: Some(code),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,572 @@
+//! Every reconcile rule of issue 5, against localplane over HTTP.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use egress_address::naming::{ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, claim_name};
+use egress_api::ipam::IPClaim;
+use egress_api::shard::{AddressClaimRef, LABEL_EGRESS_IPV6};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+
+fn label(s: &egress_api::shard::EgressShard) -> Option<String> {
+    s.metadata.labels.as_ref()?.get(LABEL_EGRESS_IPV6).cloned()
+}
+
+#[tokio::test]
+async fn a_new_shard_costs_exactly_two_requests() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.reset_counters();
+    plane.create_shard("worker-1").await;
+    let shard = addressed(&plane, "worker-1").await;
+    settle().await;
+
+    let reqs = plane.work_requests();
+    // The test's own create of the shard is one; the controller adds exactly two.
+    let ours: Vec<_> = reqs
+        .iter()
+        .filter(|(k, _)| !(k.verb == "create" && k.resource.starts_with("egressshards")))
+        .collect();
+    assert_eq!(
+        ours.iter().map(|(_, c)| c).sum::<u64>(),
+        2,
+        "requests: {reqs:#?}"
+    );
+    assert!(
+        ours.iter().any(|(k, _)| k.verb == "create"
+            && k.resource.starts_with("ipclaims")
+            && k.code == 201)
+    );
+    assert!(ours.iter().any(|(k, _)| k.verb == "update"
+        && k.resource.starts_with("egressshards")
+        && k.code == 200));
+
+    let claim = plane.claim_now(&claim_name(SHARD_NS, "worker-1")).unwrap();
+    let cidr = claim.status.unwrap().allocated_cidr;
+    assert_eq!(format!("{}/128", shard.spec.shard_address_ipv6), cidr);
+    assert_eq!(
+        shard.spec.shard_address_ipv6_claim_ref,
+        Some(AddressClaimRef {
+            api_group: "ipam.miloapis.com".into(),
+            kind: "IPClaim".into(),
+            project: PLATFORM.into(),
+            namespace: CLAIM_NS.into(),
+            name: claim_name(SHARD_NS, "worker-1"),
+        })
+    );
+    assert_eq!(label(&shard).as_deref(), Some("true"));
+    let annotations = claim.metadata.annotations.unwrap();
+    assert_eq!(annotations[ANNOTATION_SHARD_NAMESPACE], SHARD_NS);
+    assert_eq!(annotations[ANNOTATION_SHARD_NAME], "worker-1");
+    assert!(claim.metadata.owner_references.is_none());
+
+    let reasons = plane.event_reasons("worker-1").await;
+    assert!(
+        reasons.contains(&"AddressAssigned".to_string()),
+        "{reasons:?}"
+    );
+    assert_eq!(ctl.metrics.claim_outcome_count("Bound"), 1);
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn addressed_shards_and_an_idle_controller_cost_nothing() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("worker-1").await;
+    addressed(&plane, "worker-1").await;
+    settle().await;
+    ctl.stop().await.unwrap();
+
+    // A restart relists and reconciles the addressed shard from the cache alone.
+    plane.reset_counters();
+    let ctl = start_controller(&plane, settings()).await;
+    settle().await;
+    assert_eq!(
+        plane.work_request_total(),
+        0,
+        "{:#?}",
+        plane.work_requests()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        plane.work_request_total(),
+        0,
+        "idle: {:#?}",
+        plane.work_requests()
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_set_address_gets_the_label_only() {
+    let plane = Plane::start().await;
+    let mut shard = new_shard("manual");
+    shard.spec.shard_address_ipv6 = "2001:db8::7".into();
+    plane
+        .shards()
+        .create(&PostParams::default(), &shard)
+        .await
+        .unwrap();
+    plane.reset_counters();
+    let ctl = start_controller(&plane, settings()).await;
+    let got = eventually(10, "the label", || async {
+        let s = plane.shard_now("manual")?;
+        label(&s).map(|_| s)
+    })
+    .await;
+    settle().await;
+    assert_eq!(label(&got).as_deref(), Some("true"));
+    assert_eq!(got.spec.shard_address_ipv6, "2001:db8::7");
+    assert!(
+        got.spec.shard_address_ipv6_claim_ref.is_none(),
+        "no invented ref"
+    );
+    assert!(plane.claim_now(&claim_name(SHARD_NS, "manual")).is_none());
+    let reqs = plane.work_requests();
+    assert_eq!(plane.work_request_total(), 1, "{reqs:#?}");
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deleting_shard_is_left_alone() {
+    let plane = Plane::start().await;
+    let mut shard = new_shard("draining");
+    shard.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    plane
+        .shards()
+        .create(&PostParams::default(), &shard)
+        .await
+        .unwrap();
+    plane
+        .shards()
+        .delete("draining", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = plane.shard("draining").await;
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    plane.reset_counters();
+    let ctl = start_controller(&plane, settings()).await;
+    settle().await;
+    assert_eq!(
+        plane.work_request_total(),
+        0,
+        "{:#?}",
+        plane.work_requests()
+    );
+    let after = plane.shard("draining").await;
+    assert!(after.spec.shard_address_ipv6.is_empty());
+    assert!(label(&after).is_none());
+    assert!(
+        plane
+            .claims()
+            .get_opt(&claim_name(SHARD_NS, "draining"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_shard_has_its_claim_deleted() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("gone").await;
+    addressed(&plane, "gone").await;
+    let name = claim_name(SHARD_NS, "gone");
+    assert!(plane.claims().get_opt(&name).await.unwrap().is_some());
+    plane
+        .shards()
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(10, "the claim to be deleted", || async {
+        plane
+            .claims()
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_read_releases_nothing() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("kept").await;
+    addressed(&plane, "kept").await;
+    settle().await;
+    let name = claim_name(SHARD_NS, "kept");
+    plane.set_faults(vec![fault("cell", "get", "egressshards", 500)]);
+    plane
+        .shards()
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The live confirmation fails, over and over: the claim must survive all of it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        plane.claims().get_opt(&name).await.unwrap().is_some(),
+        "released on a failed read"
+    );
+    assert!(
+        plane
+            .lp
+            .metrics()
+            .count(|k| k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 500)
+            >= 2,
+        "the confirmation was retried"
+    );
+    assert_eq!(
+        plane
+            .lp
+            .metrics()
+            .count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
+        0
+    );
+    plane.clear_faults();
+    eventually(
+        10,
+        "the claim to be deleted once the read works",
+        || async {
+            plane
+                .claims()
+                .get_opt(&name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
+    let plane = Plane::start().await;
+    let name = claim_name(SHARD_NS, "reborn");
+    // An earlier claim of the same identity, released under Retain, leaves its allocation held.
+    let mut earlier: IPClaim =
+        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
+            class_name: CLASS,
+            claim_namespace: CLAIM_NS,
+            location: LOCATION,
+            shard_namespace: SHARD_NS,
+            shard_name: "reborn",
+        });
+    earlier.spec.reclaim_policy = "Retain".into();
+    let earlier = plane
+        .claims()
+        .create(&PostParams::default(), &earlier)
+        .await
+        .unwrap();
+    let held = earlier.status.unwrap().allocated_cidr;
+    plane
+        .claims()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let ctl = start_controller(&plane, settings()).await;
+    plane.reset_counters();
+    plane.create_shard("reborn").await;
+    let shard = addressed(&plane, "reborn").await;
+    assert_eq!(format!("{}/128", shard.spec.shard_address_ipv6), held);
+    let r = shard.spec.shard_address_ipv6_claim_ref.unwrap();
+    assert_eq!(r.kind, "IPAllocation");
+    assert_ne!(
+        r.name, name,
+        "the ref names the allocation, not the refused claim"
+    );
+    assert!(plane.claim_now(&name).is_none(), "no claim is stored");
+    settle().await;
+    // create (409) + get allocation + update shard, plus the test's own shard create.
+    assert_eq!(
+        plane.work_request_total(),
+        4,
+        "{:#?}",
+        plane.work_requests()
+    );
+    let alloc = plane.allocations().get(&r.name).await.unwrap();
+    assert_eq!(alloc.status.unwrap().allocated_cidr, held);
+    assert_eq!(ctl.metrics.claim_outcome_count("Adopted"), 1);
+    ctl.stop().await.unwrap();
+}
+
+async fn assert_refused(plane: &Plane, shard: &str, event: &str) {
+    let reasons = eventually(10, &format!("a {event} event"), || async {
+        let r = plane.event_reasons(shard).await;
+        r.contains(&event.to_string()).then_some(r)
+    })
+    .await;
+    let s = plane.shard(shard).await;
+    assert!(s.spec.shard_address_ipv6.is_empty(), "{reasons:?}");
+    assert!(s.spec.shard_address_ipv6_claim_ref.is_none());
+    assert!(label(&s).is_none());
+    assert_eq!(
+        plane
+            .lp
+            .metrics()
+            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
+        0,
+        "a refusal writes nothing"
+    );
+}
+
+#[tokio::test]
+async fn an_unbound_claim_is_pending_and_writes_nothing() {
+    let plane = Plane::start().await;
+    plane.add_platform_hook(Arc::new(RewriteCidr(String::new())));
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("waiting").await;
+    assert_refused(&plane, "waiting", "ClaimPending").await;
+    assert!(ctl.metrics.claim_outcome_count("Unbound") >= 1);
+    // It is retried: the create meets the existing claim and reads it again.
+    eventually(10, "a retry", || async {
+        (ctl.metrics.claim_outcome_count("Unbound") >= 2).then_some(())
+    })
+    .await;
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unusable_answer_is_refused() {
+    let plane = Plane::start().await;
+    plane.add_platform_hook(Arc::new(RewriteCidr("198.51.100.7/32".into())));
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("odd").await;
+    assert_refused(&plane, "odd", "UnusableAnswer").await;
+    assert!(ctl.metrics.claim_outcome_count("Unusable") >= 1);
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
+    let plane = Plane::start().await;
+    plane.set_faults(vec![fault(PLATFORM, "create", "ipclaims", 507)]);
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("full").await;
+    assert_refused(&plane, "full", "ClaimRefused").await;
+    let events = plane.events_for("full").await;
+    let note = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("ClaimRefused"))
+        .and_then(|e| e.note.clone())
+        .unwrap();
+    assert!(note.contains("Exhausted"), "{note}");
+    assert_eq!(
+        events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("ClaimRefused"))
+            .unwrap()
+            .type_
+            .as_deref(),
+        Some("Warning")
+    );
+    // Re-checked on the fixed interval, and the repeats do not flood events.
+    eventually(10, "a re-check", || async {
+        (ctl.metrics.claim_outcome_count("Exhausted") >= 3).then_some(())
+    })
+    .await;
+    let refused_events = plane
+        .events_for("full")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ClaimRefused"))
+        .count();
+    assert_eq!(refused_events, 1, "repeats are aggregated");
+    plane.clear_faults();
+    addressed(&plane, "full").await;
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_class_is_refused_by_name() {
+    let plane = Plane::start().await;
+    let mut s = settings();
+    s.address_class_ipv6 = "no-such-class".into();
+    let ctl = start_controller(&plane, s).await;
+    plane.create_shard("classless").await;
+    assert_refused(&plane, "classless", "ClaimRefused").await;
+    let note = plane
+        .events_for("classless")
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("ClaimRefused"))
+        .and_then(|e| e.note)
+        .unwrap();
+    assert!(note.contains("ClassNotFound"), "{note}");
+    assert!(ctl.metrics.claim_outcome_count("ClassNotFound") >= 1);
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_made_for_another_shard_is_refused() {
+    let plane = Plane::start().await;
+    let mut other =
+        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
+            class_name: CLASS,
+            claim_namespace: CLAIM_NS,
+            location: LOCATION,
+            shard_namespace: SHARD_NS,
+            shard_name: "twin",
+        });
+    other.metadata.annotations = Some(BTreeMap::from([
+        (
+            ANNOTATION_SHARD_NAMESPACE.to_string(),
+            "other-cell".to_string(),
+        ),
+        (ANNOTATION_SHARD_NAME.to_string(), "twin".to_string()),
+    ]));
+    plane
+        .claims()
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("twin").await;
+    assert_refused(&plane, "twin", "ClaimNameCollision").await;
+    // Deleting the shard must not delete the other shard's claim either.
+    plane
+        .shards()
+        .delete("twin", &DeleteParams::default())
+        .await
+        .unwrap();
+    settle().await;
+    assert!(
+        plane
+            .claims()
+            .get_opt(&claim_name(SHARD_NS, "twin"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_older_ipam_answering_a_duplicate_with_a_bare_500_is_handled() {
+    let plane = Plane::start().await;
+    // Our own claim from an earlier run exists; this IPAM answers its re-create with a 500.
+    let ours =
+        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
+            class_name: CLASS,
+            claim_namespace: CLAIM_NS,
+            location: LOCATION,
+            shard_namespace: SHARD_NS,
+            shard_name: "again",
+        });
+    let ours = plane
+        .claims()
+        .create(&PostParams::default(), &ours)
+        .await
+        .unwrap();
+    plane.set_faults(vec![fault(PLATFORM, "create", "ipclaims", 500)]);
+    let ctl = start_controller(&plane, settings()).await;
+    plane.reset_counters();
+    plane.create_shard("again").await;
+    let shard = addressed(&plane, "again").await;
+    assert_eq!(
+        format!("{}/128", shard.spec.shard_address_ipv6),
+        ours.status.unwrap().allocated_cidr
+    );
+    assert_eq!(
+        shard.spec.shard_address_ipv6_claim_ref.unwrap().kind,
+        "IPClaim"
+    );
+    settle().await;
+    // create (500) + get claim + update, plus the test's shard create.
+    assert_eq!(
+        plane.work_request_total(),
+        4,
+        "{:#?}",
+        plane.work_requests()
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_different_ref_already_on_the_shard_is_refused_by_the_server() {
+    let plane = Plane::start().await;
+    let mut shard = new_shard("reffed");
+    shard.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+        api_group: "ipam.miloapis.com".into(),
+        kind: "IPClaim".into(),
+        project: "someone-else".into(),
+        namespace: "x".into(),
+        name: "y".into(),
+    });
+    plane
+        .shards()
+        .create(&PostParams::default(), &shard)
+        .await
+        .unwrap();
+    let ctl = start_controller(&plane, settings()).await;
+    let reasons = eventually(10, "an AssignRefused event", || async {
+        let r = plane.event_reasons("reffed").await;
+        r.contains(&"AssignRefused".to_string()).then_some(r)
+    })
+    .await;
+    let after = plane.shard("reffed").await;
+    assert!(after.spec.shard_address_ipv6.is_empty(), "{reasons:?}");
+    assert_eq!(
+        after.spec.shard_address_ipv6_claim_ref.unwrap().project,
+        "someone-else"
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn many_shards_in_parallel_get_distinct_addresses() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    for i in 0..20 {
+        plane.create_shard(&format!("w-{i}")).await;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let s = addressed(&plane, &format!("w-{i}")).await;
+        assert!(
+            seen.insert(s.spec.shard_address_ipv6.clone()),
+            "duplicate address"
+        );
+    }
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_label_edit_on_an_addressed_shard_costs_nothing() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("w").await;
+    addressed(&plane, "w").await;
+    settle().await;
+    plane.reset_counters();
+    plane
+        .shards()
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"network.datumapis.com/egress-pool": "p"}}})),
+        )
+        .await
+        .unwrap();
+    settle().await;
+    let reqs: Vec<_> = plane
+        .work_requests()
+        .into_iter()
+        .filter(|(k, _)| k.verb != "patch")
+        .collect();
+    assert!(reqs.is_empty(), "{reqs:#?}");
+    ctl.stop().await.unwrap();
+}
