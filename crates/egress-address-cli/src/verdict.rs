@@ -66,7 +66,10 @@ impl Verdict {
     pub fn is_inconsistent(self) -> bool {
         matches!(
             self,
-            Verdict::ClaimMissing | Verdict::AddressMismatch | Verdict::AddressShared | Verdict::Unknown
+            Verdict::ClaimMissing
+                | Verdict::AddressMismatch
+                | Verdict::AddressShared
+                | Verdict::Unknown
         )
     }
 
@@ -103,7 +106,10 @@ pub fn judge(shards: &[ShardView], lookup: &BTreeMap<Holder, Lookup>) -> Vec<Fin
     let mut by_address: BTreeMap<Ipv6Addr, Vec<String>> = BTreeMap::new();
     for s in shards {
         if let Ok(a) = s.address.parse::<Ipv6Addr>() {
-            by_address.entry(a).or_default().push(format!("{}/{}", s.namespace, s.name));
+            by_address
+                .entry(a)
+                .or_default()
+                .push(format!("{}/{}", s.namespace, s.name));
         }
     }
     shards
@@ -129,7 +135,11 @@ pub fn judge(shards: &[ShardView], lookup: &BTreeMap<Holder, Lookup>) -> Vec<Fin
                     f.detail = format!(
                         "{} is also carried by {}",
                         s.address,
-                        others.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                        others
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     );
                     return f;
                 }
@@ -137,7 +147,10 @@ pub fn judge(shards: &[ShardView], lookup: &BTreeMap<Holder, Lookup>) -> Vec<Fin
             match (&s.address[..], &s.holder) {
                 ("", None) => f.detail = "no address assigned yet".into(),
                 ("", Some(h)) => {
-                    f.detail = format!("{} {:?} is recorded but no address is assigned yet", h.kind, h.name)
+                    f.detail = format!(
+                        "{} {:?} is recorded but no address is assigned yet",
+                        h.kind, h.name
+                    )
                 }
                 (_, None) => {
                     f.verdict = Verdict::Unattributable;
@@ -147,7 +160,9 @@ pub fn judge(shards: &[ShardView], lookup: &BTreeMap<Holder, Lookup>) -> Vec<Fin
                     None | Some(Lookup::Failed(_)) => {
                         f.verdict = Verdict::Unknown;
                         f.detail = match lookup.get(h) {
-                            Some(Lookup::Failed(e)) => format!("reading {} {:?}: {e}", h.kind, h.name),
+                            Some(Lookup::Failed(e)) => {
+                                format!("reading {} {:?}: {e}", h.kind, h.name)
+                            }
                             _ => format!("{} {:?} was not read", h.kind, h.name),
                         };
                     }
@@ -191,11 +206,22 @@ mod tests {
     use super::*;
 
     fn holder(name: &str) -> Holder {
-        Holder { kind: "IPClaim".into(), project: "platform".into(), namespace: "default".into(), name: name.into() }
+        Holder {
+            kind: "IPClaim".into(),
+            project: "platform".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
     }
 
     fn shard(name: &str, address: &str, holder: Option<Holder>) -> ShardView {
-        ShardView { namespace: "egress".into(), name: name.into(), address: address.into(), holder, deleting: false }
+        ShardView {
+            namespace: "egress".into(),
+            name: name.into(),
+            address: address.into(),
+            holder,
+            deleting: false,
+        }
     }
 
     #[test]
@@ -212,15 +238,38 @@ mod tests {
             shard("unreadable", "2001:db8::6", Some(holder("c-err"))),
         ];
         let lookup = BTreeMap::from([
-            (holder("c-ok"), Lookup::Found { allocated_cidr: "2001:db8::1/128".into() }),
+            (
+                holder("c-ok"),
+                Lookup::Found {
+                    allocated_cidr: "2001:db8::1/128".into(),
+                },
+            ),
             (holder("c-gone"), Lookup::Missing),
-            (holder("c-moved"), Lookup::Found { allocated_cidr: "2001:db8::9/128".into() }),
-            (holder("c-a"), Lookup::Found { allocated_cidr: "2001:db8::5/128".into() }),
-            (holder("c-b"), Lookup::Found { allocated_cidr: "2001:db8::5/128".into() }),
+            (
+                holder("c-moved"),
+                Lookup::Found {
+                    allocated_cidr: "2001:db8::9/128".into(),
+                },
+            ),
+            (
+                holder("c-a"),
+                Lookup::Found {
+                    allocated_cidr: "2001:db8::5/128".into(),
+                },
+            ),
+            (
+                holder("c-b"),
+                Lookup::Found {
+                    allocated_cidr: "2001:db8::5/128".into(),
+                },
+            ),
             (holder("c-err"), Lookup::Failed("connection refused".into())),
         ]);
         let findings = judge(&shards, &lookup);
-        let got: Vec<(&str, Verdict)> = findings.iter().map(|f| (f.name.as_str(), f.verdict)).collect();
+        let got: Vec<(&str, Verdict)> = findings
+            .iter()
+            .map(|f| (f.name.as_str(), f.verdict))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -250,13 +299,24 @@ mod tests {
 
     #[test]
     fn details_name_the_other_shard_and_the_record() {
-        let shards = vec![shard("a", "2001:db8::5", None), shard("b", "2001:db8::5", None)];
+        let shards = vec![
+            shard("a", "2001:db8::5", None),
+            shard("b", "2001:db8::5", None),
+        ];
         let f = judge(&shards, &BTreeMap::new());
         assert_eq!(f[0].detail, "2001:db8::5 is also carried by egress/b");
         let shards = vec![shard("m", "2001:db8::4", Some(holder("c")))];
-        let lookup = BTreeMap::from([(holder("c"), Lookup::Found { allocated_cidr: "2001:db8::9/128".into() })]);
+        let lookup = BTreeMap::from([(
+            holder("c"),
+            Lookup::Found {
+                allocated_cidr: "2001:db8::9/128".into(),
+            },
+        )]);
         let f = judge(&shards, &lookup);
-        assert_eq!(f[0].detail, "the shard carries 2001:db8::4 but IPClaim \"c\" holds \"2001:db8::9/128\"");
+        assert_eq!(
+            f[0].detail,
+            "the shard carries 2001:db8::4 but IPClaim \"c\" holds \"2001:db8::9/128\""
+        );
         assert!(f[0].verdict.is_inconsistent());
         assert!(!Verdict::Pending.is_inconsistent());
         assert!(!Verdict::Unattributable.is_inconsistent());

@@ -1,0 +1,168 @@
+//! `egress-address audit`: which address went where, read from the cell and from IPAM.
+//!
+//! It lists the cell's shards and GETs each record a ref names (ipclaims or ipallocations), the
+//! only IPAM verb the controller's grant allows, so an operator can run it with the controller's
+//! own credential.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use egress_api::shard::EgressShard;
+use kube::api::{Api, ListParams};
+
+use crate::verdict::{Finding, Holder, Lookup, ShardView, judge};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    /// Kubeconfig of the cell holding the shards (default: KUBECONFIG / in-cluster).
+    #[arg(long, env = "CELL_KUBECONFIG")]
+    pub cell_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig reaching Milo (its server is Milo's base URL; the project path is added per ref).
+    #[arg(long, env = "IPAM_KUBECONFIG")]
+    pub ipam_kubeconfig: PathBuf,
+    /// Only shards in this namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Runs the audit and prints it; returns whether everything was consistent.
+pub async fn run(args: &AuditArgs) -> Result<bool> {
+    let cell = cell_client(args.cell_kubeconfig.as_deref()).await?;
+    let findings = audit(&cell, &args.ipam_kubeconfig, args.namespace.as_deref()).await?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Output::Table => print_table(&mut out, &findings)?,
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut out, &findings)?;
+            writeln!(out)?;
+        }
+    }
+    Ok(findings.iter().all(|f| !f.verdict.is_inconsistent()))
+}
+
+pub async fn cell_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the cell kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("using the cell kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding a cell kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("building the cell client")
+}
+
+/// Reads the shards and their holders and judges them.
+pub async fn audit(
+    cell: &kube::Client,
+    ipam_kubeconfig: &Path,
+    namespace: Option<&str>,
+) -> Result<Vec<Finding>> {
+    let api: Api<EgressShard> = match namespace {
+        Some(ns) => Api::namespaced(cell.clone(), ns),
+        None => Api::all(cell.clone()),
+    };
+    let shards = api
+        .list(&ListParams::default())
+        .await
+        .context("listing EgressShards in the cell")?;
+    let views: Vec<ShardView> = shards.items.iter().map(view).collect();
+
+    let mut clients: BTreeMap<String, kube::Client> = BTreeMap::new();
+    let mut lookups: BTreeMap<Holder, Lookup> = BTreeMap::new();
+    for holder in views.iter().filter_map(|v| v.holder.clone()) {
+        if lookups.contains_key(&holder) {
+            continue;
+        }
+        if !clients.contains_key(&holder.project) {
+            let client = egress_address::ipam::ipam_client(ipam_kubeconfig, &holder.project)
+                .await
+                .with_context(|| {
+                    format!(
+                        "building the IPAM client from {}",
+                        ipam_kubeconfig.display()
+                    )
+                })?;
+            clients.insert(holder.project.clone(), client);
+        }
+        let client = &clients[&holder.project];
+        let answer = match holder.kind.as_str() {
+            "IPAllocation" => {
+                egress_address::ipam::get_allocation(client, &holder.namespace, &holder.name)
+                    .await
+                    .map(|a| a.status.map(|s| s.allocated_cidr).unwrap_or_default())
+            }
+            _ => egress_address::ipam::get_claim(client, &holder.namespace, &holder.name)
+                .await
+                .map(|c| c.status.map(|s| s.allocated_cidr).unwrap_or_default()),
+        };
+        let lookup = match answer {
+            Ok(allocated_cidr) => Lookup::Found { allocated_cidr },
+            Err(kube::Error::Api(s)) if s.code == 404 => Lookup::Missing,
+            Err(e) => Lookup::Failed(e.to_string()),
+        };
+        lookups.insert(holder, lookup);
+    }
+    Ok(judge(&views, &lookups))
+}
+
+fn view(shard: &EgressShard) -> ShardView {
+    ShardView {
+        namespace: shard.metadata.namespace.clone().unwrap_or_default(),
+        name: shard.metadata.name.clone().unwrap_or_default(),
+        address: shard.spec.shard_address_ipv6.clone(),
+        holder: shard
+            .spec
+            .shard_address_ipv6_claim_ref
+            .as_ref()
+            .map(|r| Holder {
+                kind: r.kind.clone(),
+                project: r.project.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            }),
+        deleting: shard.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+fn print_table(out: &mut impl Write, findings: &[Finding]) -> std::io::Result<()> {
+    let rows: Vec<[String; 5]> = findings
+        .iter()
+        .map(|f| {
+            [
+                format!("{}/{}", f.namespace, f.name),
+                if f.address.is_empty() {
+                    "-".into()
+                } else {
+                    f.address.clone()
+                },
+                f.holder
+                    .as_ref()
+                    .map(|h| format!("{}/{}", h.kind, h.name))
+                    .unwrap_or_else(|| "-".into()),
+                f.verdict.as_str().to_string(),
+                f.detail.clone(),
+            ]
+        })
+        .collect();
+    crate::table::write(
+        out,
+        &["SHARD", "ADDRESS", "HOLDER", "VERDICT", "DETAIL"],
+        &rows,
+    )
+}

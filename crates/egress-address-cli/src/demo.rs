@@ -1,0 +1,274 @@
+//! `egress-address demo`: the whole system on one machine.
+//!
+//! localplane serves a cell and the platform project on loopback; the real IPAM inventory from
+//! `config/ipam/` is applied with a documentation prefix; shards are created over HTTP; the real
+//! controller (in this process, talking HTTP with the same kubeconfigs an operator would use)
+//! addresses them; then a table shows which address went where.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use egress_address::{Controller, LeaderElection, Metrics, Settings};
+use egress_api::shard::EgressShard;
+use kube::api::{Api, PostParams};
+use prometheus_client::registry::Registry;
+
+use egress_address_cli::bench::harness::{
+    ADDRESS_CLASS, ADMIN, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, WorldOptions,
+    is_addressed, shards_key,
+};
+
+/// The namespace demo shards live in.
+pub const SHARD_NAMESPACE: &str = "egress";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// How many shards to create.
+    #[arg(long, default_value_t = 8)]
+    pub shards: usize,
+    /// Exit after the table (non-zero if any shard was not addressed) instead of serving on.
+    #[arg(long)]
+    pub once: bool,
+    /// How long to wait for every shard to be addressed.
+    #[arg(long, default_value = "60s", value_parser = humantime_secs)]
+    pub timeout: Duration,
+    /// The root prefix filled into the inventory (a /40 of the documentation range).
+    #[arg(long, default_value = "2001:db8::/40")]
+    pub root_cidr: String,
+    /// Reconcile concurrency of the controller.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+}
+
+fn humantime_secs(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 60s or 2m"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?} is not a duration like 60s or 2m")),
+    }
+}
+
+/// One row of the result table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub name: String,
+    pub address: String,
+    pub holder: String,
+    pub time_to_address: Option<Duration>,
+}
+
+/// Runs the demo; returns whether every shard got an address.
+pub async fn run(args: &DemoArgs) -> Result<bool> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "Starting localplane (a cell and Milo project {PLATFORM_PROJECT:?}) on loopback..."
+    )?;
+    let world = World::start(&WorldOptions {
+        root_cidr: args.root_cidr.clone(),
+        ..Default::default()
+    })
+    .await
+    .context("starting localplane")?;
+    writeln!(out, "  API server: {}", world.lp.base_url())?;
+    writeln!(
+        out,
+        "  applied config/ipam/egress-shard-ipv6.yaml with root cidr {}",
+        args.root_cidr
+    )?;
+
+    let cell = kube::Client::try_from(kube_config(&world.cell_kubeconfig).await?)?;
+    let ipam = egress_address::ipam_client(&world.ipam_kubeconfig, PLATFORM_PROJECT).await?;
+    let mut settings = Settings::new(ADDRESS_CLASS, LOCATION, PLATFORM_PROJECT);
+    settings.claim_namespace = CLAIM_NAMESPACE.to_string();
+    settings.concurrency = args.concurrency.max(1);
+    settings.leader_election = Some(LeaderElection::new("default"));
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let controller = Controller::new(settings, cell.clone(), ipam, metrics)?;
+    let handle = controller.handle();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async move {
+        let _ = stop_rx.await;
+    }));
+
+    world.lp.cell().ensure_namespace(SHARD_NAMESPACE);
+    let shards: Api<EgressShard> = Api::namespaced(world.admin_client("cell")?, SHARD_NAMESPACE);
+    let names: Vec<String> = (0..args.shards).map(|i| format!("shard-{i:04}")).collect();
+    let mut created: BTreeMap<String, Instant> = BTreeMap::new();
+    writeln!(
+        out,
+        "Creating {} EgressShards in namespace {SHARD_NAMESPACE:?}...",
+        names.len()
+    )?;
+    for name in &names {
+        let shard: EgressShard = serde_json::from_value(
+            egress_address_cli::bench::harness::shard_object(SHARD_NAMESPACE, name),
+        )?;
+        shards
+            .create(&PostParams::default(), &shard)
+            .await
+            .with_context(|| format!("creating shard {name}"))?;
+        created.insert(name.clone(), Instant::now());
+    }
+
+    let start = Instant::now();
+    let mut addressed_at: BTreeMap<String, Duration> = BTreeMap::new();
+    loop {
+        for s in world
+            .lp
+            .cell()
+            .objects(&shards_key(), Some(SHARD_NAMESPACE))
+        {
+            let name = s["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if is_addressed(&s) && !addressed_at.contains_key(&name) {
+                let since = created.get(&name).map(|t| t.elapsed()).unwrap_or_default();
+                addressed_at.insert(name, since);
+            }
+        }
+        progress(
+            &mut out,
+            addressed_at.len(),
+            names.len(),
+            handle.is_leader(),
+        )?;
+        if addressed_at.len() >= names.len() || start.elapsed() > args.timeout {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    writeln!(out)?;
+
+    let rows = rows(&world, &names, &addressed_at);
+    print_rows(&mut out, &rows)?;
+    let ok = rows.iter().all(|r| r.time_to_address.is_some());
+    if !ok {
+        writeln!(
+            out,
+            "Some shards got no address within {:?}; see the events: kubectl get events -n {SHARD_NAMESPACE}",
+            args.timeout
+        )?;
+    }
+
+    if !args.once {
+        let cell_admin = world.lp.kubeconfig_path("cell", ADMIN)?;
+        let ipam_admin = world.lp.kubeconfig_path(PLATFORM_PROJECT, ADMIN)?;
+        print_next_steps(&mut out, &cell_admin, &ipam_admin)?;
+        drop(out);
+        tokio::signal::ctrl_c().await.ok();
+        println!("\nStopping.");
+    }
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(Duration::from_secs(10), task).await {
+        Ok(Ok(Err(e))) => eprintln!("controller stopped with an error: {e}"),
+        Ok(Err(e)) => eprintln!("controller task failed: {e}"),
+        _ => {}
+    }
+    world.lp.shutdown().await;
+    Ok(ok)
+}
+
+async fn kube_config(path: &Path) -> Result<kube::Config> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)
+}
+
+fn progress(out: &mut impl Write, done: usize, total: usize, leader: bool) -> std::io::Result<()> {
+    const WIDTH: usize = 40;
+    let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
+    write!(
+        out,
+        "\r[{}{}] {done}/{total} addressed{}",
+        "#".repeat(filled),
+        ".".repeat(WIDTH - filled),
+        if leader {
+            ""
+        } else {
+            " (waiting for the lease)"
+        }
+    )?;
+    out.flush()
+}
+
+fn rows(world: &World, names: &[String], addressed_at: &BTreeMap<String, Duration>) -> Vec<Row> {
+    let cell = world.lp.cell();
+    names
+        .iter()
+        .map(|name| {
+            let s = cell
+                .object(&shards_key(), Some(SHARD_NAMESPACE), name)
+                .unwrap_or_default();
+            let r = &s["spec"]["shardAddressIPv6ClaimRef"];
+            Row {
+                name: name.clone(),
+                address: s["spec"]["shardAddressIPv6"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
+                holder: match (r["kind"].as_str(), r["name"].as_str()) {
+                    (Some(k), Some(n)) => format!("{k}/{n}"),
+                    _ => "-".to_string(),
+                },
+                time_to_address: addressed_at.get(name).copied(),
+            }
+        })
+        .collect()
+}
+
+fn print_rows(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
+    let cells: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.address.clone(),
+                r.holder.clone(),
+                r.time_to_address
+                    .map(|d| format!("{} ms", d.as_millis()))
+                    .unwrap_or_else(|| "not addressed".into()),
+            ]
+        })
+        .collect();
+    crate::table::write(
+        out,
+        &["SHARD", "ADDRESS", "HOLDER", "TIME TO ADDRESS"],
+        &cells,
+    )
+}
+
+fn print_next_steps(out: &mut impl Write, cell: &Path, ipam: &Path) -> std::io::Result<()> {
+    let (c, i) = (cell.display(), ipam.display());
+    writeln!(
+        out,
+        "
+The controller keeps running. Try, in another terminal (any kubectl 1.33+):
+
+  # the shards, and their addresses as the controller wrote them
+  kubectl --kubeconfig {c} -n {SHARD_NAMESPACE} get egressshards -o custom-columns=NAME:.metadata.name,ADDRESS:.spec.shardAddressIPv6,HOLDER:.spec.shardAddressIPv6ClaimRef.name
+  # watch them change
+  kubectl --kubeconfig {c} -n {SHARD_NAMESPACE} get egressshards -w
+  # a new shard gets an address within moments
+  printf 'apiVersion: network.datumapis.com/v1alpha1\\nkind: EgressShard\\nmetadata: {{name: extra, namespace: {SHARD_NAMESPACE}}}\\nspec: {{targetRef: {{kind: Node, name: node-extra}}}}\\n' | kubectl --kubeconfig {c} apply -f -
+  # deleting a shard releases its claim
+  kubectl --kubeconfig {c} -n {SHARD_NAMESPACE} delete egressshard shard-0000
+  # the claims in the platform project
+  kubectl --kubeconfig {i} -n {CLAIM_NAMESPACE} get ipclaims
+  # an address is write-once: this is refused by the API server
+  kubectl --kubeconfig {c} -n {SHARD_NAMESPACE} patch egressshard shard-0001 --type merge -p '{{\"spec\":{{\"shardAddressIPv6\":\"2001:db8::dead\"}}}}'
+  # which address went where
+  egress-address audit --cell-kubeconfig {c} --ipam-kubeconfig {i}
+
+Press Ctrl-C to stop."
+    )
+}

@@ -1,0 +1,53 @@
+//! The README's first command, end to end: `demo --once` must address every shard.
+
+use std::collections::BTreeSet;
+use std::net::Ipv6Addr;
+use std::process::Command;
+
+#[test]
+fn demo_once_addresses_every_shard_and_prints_the_table() {
+    let out = Command::new(env!("CARGO_BIN_EXE_egress-address"))
+        .args(["demo", "--once", "--shards", "6", "--timeout", "60s"])
+        .output()
+        .expect("the demo starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "demo failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("shard-")).collect();
+    assert_eq!(rows.len(), 6, "one row per shard:\n{stdout}");
+    let mut addresses = BTreeSet::new();
+    for row in rows {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        let address: Ipv6Addr = cols[1]
+            .parse()
+            .unwrap_or_else(|_| panic!("row without an address: {row}"));
+        assert_eq!(
+            address.segments()[0..2],
+            [0x2001, 0xdb8],
+            "inside the documentation prefix: {row}"
+        );
+        assert!(
+            cols[2].starts_with("IPClaim/egress-shard-ipv6.egress.shard-"),
+            "holder: {row}"
+        );
+        assert!(row.ends_with(" ms"), "time to address: {row}");
+        addresses.insert(address);
+    }
+    assert_eq!(addresses.len(), 6, "no address twice");
+    assert!(stdout.contains("SHARD") && stdout.contains("TIME TO ADDRESS"));
+}
+
+#[test]
+fn demo_rejects_a_bad_duration() {
+    let out = Command::new(env!("CARGO_BIN_EXE_egress-address"))
+        .args(["demo", "--once", "--timeout", "soon"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"soon\" is not a duration"));
+}
