@@ -1,0 +1,316 @@
+//! The `egress-address-controller` binary as a process, against localplane on loopback TCP with
+//! kubeconfig files.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_egress-address-controller");
+
+/// Env the controller reads; cleared so the host's environment cannot satisfy a required flag.
+const ENV: [&str; 9] = [
+    "ADDRESS_CLASS_IPV6",
+    "CLAIM_NAMESPACE",
+    "LOCATION",
+    "PLATFORM_PROJECT",
+    "IPAM_KUBECONFIG",
+    "KUBECONFIG",
+    "LEADER_ELECT",
+    "POD_NAMESPACE",
+    "RUST_LOG",
+];
+
+fn command() -> Command {
+    let mut c = Command::new(BIN);
+    for v in ENV {
+        c.env_remove(v);
+    }
+    // Nothing to contact: a required-flag refusal must come before any connection attempt.
+    c.env("KUBECONFIG", "/nonexistent/kubeconfig");
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = command();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn each_missing_required_flag_exits_1_naming_it() {
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 6] = [
+        (&[], &[], "--address-class-ipv6 is required"),
+        (&["--address-class-ipv6=c"], &[], "--location is required"),
+        // The Deployment sets LOCATION="" on purpose: empty is missing.
+        (
+            &["--address-class-ipv6=c"],
+            &[("LOCATION", "")],
+            "--location is required",
+        ),
+        (
+            &["--address-class-ipv6=c", "--location=dfw"],
+            &[],
+            "--platform-project is required",
+        ),
+        (
+            &["--location=dfw"],
+            &[("ADDRESS_CLASS_IPV6", "c"), ("PLATFORM_PROJECT", "p")],
+            "--ipam-kubeconfig is required",
+        ),
+        (
+            &[
+                "--address-class-ipv6=c",
+                "--location=dfw",
+                "--platform-project=p",
+                "--ipam-kubeconfig=/x",
+                "--claim-namespace=",
+            ],
+            &[],
+            "--claim-namespace is required",
+        ),
+    ];
+    for (args, env, message) in cases {
+        let out = run(args, env);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn an_unreadable_or_malformed_ipam_kubeconfig_exits_1_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cell = dir.path().join("cell.kubeconfig");
+    // The cell kubeconfig is read but never contacted before the IPAM one is loaded.
+    std::fs::write(
+        &cell,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let bad = dir.path().join("ipam.kubeconfig");
+    std::fs::write(&bad, "clusters: [oops").unwrap();
+    for path in [bad.as_path(), Path::new("/nonexistent/ipam.kubeconfig")] {
+        let out = run(
+            &[
+                "--address-class-ipv6=c",
+                "--location=dfw",
+                "--platform-project=p",
+                &format!("--ipam-kubeconfig={}", path.display()),
+                &format!("--kubeconfig={}", cell.display()),
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=0",
+            ],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&path.display().to_string()),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Proc {
+    child: Child,
+    probe: u16,
+    metrics: u16,
+    log: std::path::PathBuf,
+}
+
+impl Proc {
+    fn start(plane: &Plane, identity_env: &str) -> Proc {
+        let cell = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        // Milo's grant kubeconfig names the base URL; the controller appends the project path.
+        let ipam = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        let probe = free_port();
+        let metrics = free_port();
+        let mut c = command();
+        c.env("KUBECONFIG", &cell)
+            .env("ADDRESS_CLASS_IPV6", CLASS)
+            .env("CLAIM_NAMESPACE", CLAIM_NS)
+            .env("LOCATION", LOCATION)
+            .env("PLATFORM_PROJECT", PLATFORM)
+            .env("POD_NAME", identity_env)
+            .env("RUST_LOG", "info")
+            .args([
+                "--leader-elect",
+                &format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+                &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+                &format!("--ipam-kubeconfig={}", ipam.display()),
+                "--leader-election-lease-duration=3s",
+                "--leader-election-renew-deadline=2s",
+                "--leader-election-retry-period=250ms",
+                "--backoff-base=50ms",
+                "--log-format=json",
+            ]);
+        // A file, not a pipe: nobody drains a pipe while the test runs, and a full one blocks.
+        let log = plane.dir.path().join(format!("{identity_env}.log"));
+        c.stderr(std::fs::File::create(&log).unwrap())
+            .stdout(Stdio::null());
+        Proc {
+            child: c.spawn().unwrap(),
+            probe,
+            metrics,
+            log,
+        }
+    }
+
+    fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    async fn wait_exit(&mut self, secs: u64) -> (Option<i32>, String) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (
+                    status.code(),
+                    std::fs::read_to_string(&self.log).unwrap_or_default(),
+                );
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the controller did not exit within {secs}s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+async fn wait_ready(p: &Proc) {
+    eventually(15, "/ready to answer 200", || async {
+        matches!(http_get(p.probe, "/ready").await, Some((200, _))).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_binary_end_to_end_with_a_restart() {
+    let plane = Plane::start().await;
+    plane.create_shard("before").await;
+    let first = Proc::start(&plane, "first");
+    wait_ready(&first).await;
+    for path in ["/live", "/healthz", "/readyz"] {
+        assert_eq!(http_get(first.probe, path).await.unwrap().0, 200, "{path}");
+    }
+    assert_eq!(
+        http_get(first.metrics, "/ready").await.unwrap().0,
+        200,
+        "served on both"
+    );
+    let a = addressed(&plane, "before").await;
+    plane.create_shard("during").await;
+    addressed(&plane, "during").await;
+    let (code, metrics) = eventually(5, "the addressed gauge", || async {
+        let (code, body) = http_get(first.metrics, "/metrics").await?;
+        body.contains("egress_address_shards{state=\"addressed\"} 2")
+            .then_some((code, body))
+    })
+    .await;
+    assert_eq!(code, 200);
+    assert!(metrics.contains("egress_address_leader 1"), "{metrics}");
+    assert!(
+        metrics.contains("egress_address_claim_outcomes_total{outcome=\"Bound\"} 2"),
+        "{metrics}"
+    );
+
+    first.sigterm();
+    let mut first = first;
+    let (code, logs) = first.wait_exit(10).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        logs.contains("assigned an egress shard its public IPv6 address"),
+        "{logs}"
+    );
+    assert!(logs.contains("\"holderKind\":\"IPClaim\""), "{logs}");
+    assert!(!logs.contains(ADMIN_TOKEN), "a credential was logged");
+
+    // The restart: the addressed shards cost nothing, a new one is claimed, a deleted one released.
+    plane.reset_counters();
+    let second = Proc::start(&plane, "second");
+    wait_ready(&second).await;
+    eventually(10, "leadership", || async {
+        let (_, body) = http_get(second.metrics, "/metrics").await?;
+        body.contains("egress_address_leader 1").then_some(())
+    })
+    .await;
+    settle().await;
+    assert_eq!(
+        plane.work_request_total(),
+        0,
+        "{:#?}",
+        plane.work_requests()
+    );
+    assert_eq!(plane.shard_now("before").unwrap().spec, a.spec);
+    plane.create_shard("after").await;
+    addressed(&plane, "after").await;
+    plane
+        .shards()
+        .delete("during", &Default::default())
+        .await
+        .unwrap();
+    let claim = egress_address::naming::claim_name(SHARD_NS, "during");
+    eventually(10, "the released claim", || async {
+        plane.claim_now(&claim).is_none().then_some(())
+    })
+    .await;
+    second.sigterm();
+    let mut second = second;
+    let (code, logs) = second.wait_exit(10).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        logs.contains("released the public IPv6 address of a shard that is gone"),
+        "{logs}"
+    );
+}

@@ -1,0 +1,289 @@
+//! Leader election, drift, shutdown and credential refusals, against localplane over HTTP.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use egress_address::LeaderElection;
+use egress_address::naming::claim_name;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+
+const LEASE: &str = "egress-address-controller.cloud.datumapis.com";
+
+fn elected(identity: &str) -> egress_address::Settings {
+    let mut s = settings();
+    s.identity = identity.into();
+    s.leader_election = Some(LeaderElection {
+        lease_duration: Duration::from_millis(2000),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+        ..LeaderElection::new("default")
+    });
+    s
+}
+
+fn leases(plane: &Plane) -> Api<Lease> {
+    Api::namespaced(plane.cell(), "default")
+}
+
+async fn holder(plane: &Plane) -> Option<String> {
+    leases(plane)
+        .get_opt(LEASE)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+fn bogus_client(plane: &Plane, plane_name: &str) -> Client {
+    let mut cfg = kube::Config::new(plane.lp.plane_url(plane_name).parse().unwrap());
+    cfg.auth_info.token = Some("not-a-token".to_string().into());
+    Client::try_from(cfg).unwrap()
+}
+
+#[tokio::test]
+async fn only_the_leader_writes() {
+    let plane = Plane::start().await;
+    let a = start_controller(&plane, elected("a")).await;
+    let b = start_controller(&plane, elected("b")).await;
+    let leader = eventually(10, "a leader", || async { holder(&plane).await }).await;
+    assert!(leader == "a" || leader == "b");
+    // Both are ready: a standby with a warm cache is ready to take over.
+    assert!(a.handle.is_ready() && b.handle.is_ready());
+    assert!(
+        a.handle.is_leader() != b.handle.is_leader(),
+        "exactly one leads"
+    );
+
+    for i in 0..5 {
+        plane.create_shard(&format!("s-{i}")).await;
+    }
+    for i in 0..5 {
+        addressed(&plane, &format!("s-{i}")).await;
+    }
+    let (lead, follow) = if a.handle.is_leader() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert_eq!(lead.metrics.claim_outcome_count("Bound"), 5);
+    assert_eq!(
+        follow.metrics.claim_outcome_count("Bound"),
+        0,
+        "the follower wrote"
+    );
+    assert!(lead.metrics.is_leader() && !follow.metrics.is_leader());
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_renewal_stops_writes_at_once() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, elected("solo")).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
+        .await
+        .unwrap();
+    plane.set_faults(vec![fault("cell", "update", "leases", 500)]);
+    eventually(5, "leadership to be dropped", || async {
+        (!ctl.handle.is_leader()).then_some(())
+    })
+    .await;
+    plane.reset_counters();
+    plane.create_shard("during").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        plane
+            .shard_now("during")
+            .unwrap()
+            .spec
+            .shard_address_ipv6
+            .is_empty()
+    );
+    assert_eq!(
+        plane
+            .lp
+            .metrics()
+            .count(|k| k.resource.starts_with("ipclaims")),
+        0,
+        "a non-leader claimed"
+    );
+    plane.clear_faults();
+    addressed(&plane, "during").await;
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_taken_by_another_stops_writes_until_it_expires() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, elected("mine")).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
+        .await
+        .unwrap();
+    // Another instance takes the lease over and keeps renewing it.
+    let usurper = tokio::spawn({
+        let api = leases(&plane);
+        async move {
+            loop {
+                let mut l = api.get(LEASE).await.unwrap();
+                let spec = l.spec.as_mut().unwrap();
+                spec.holder_identity = Some("usurper".into());
+                spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+                let _ = api.replace(LEASE, &PostParams::default(), &l).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    });
+    eventually(5, "leadership to be lost", || async {
+        (!ctl.handle.is_leader()).then_some(())
+    })
+    .await;
+    plane.create_shard("held-off").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        plane
+            .shard_now("held-off")
+            .unwrap()
+            .spec
+            .shard_address_ipv6
+            .is_empty()
+    );
+    usurper.abort();
+    // Once the usurper stops renewing, the lease expires and writes resume.
+    addressed(&plane, "held-off").await;
+    assert_eq!(holder(&plane).await.as_deref(), Some("mine"));
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, elected("leaving")).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
+        .await
+        .unwrap();
+    let mut slow = fault("cell", "update", "egressshards", 0);
+    slow.error_rate = 0.0;
+    slow.latency_ms = 800;
+    plane.set_faults(vec![slow]);
+    plane.create_shard("in-flight").await;
+    // Stop once the claim exists: the shard update is then on the wire.
+    eventually(5, "the claim", || async {
+        plane
+            .claim_now(&claim_name(SHARD_NS, "in-flight"))
+            .map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ctl.stop().await.unwrap();
+    let shard = plane.shard_now("in-flight").unwrap();
+    assert!(
+        !shard.spec.shard_address_ipv6.is_empty(),
+        "the in-flight write was cut"
+    );
+    assert!(shard.spec.shard_address_ipv6_claim_ref.is_some());
+    assert_eq!(holder(&plane).await, None, "the lease was not released");
+    plane.clear_faults();
+
+    // A successor takes over at once rather than waiting out the lease.
+    let next = start_controller(&plane, elected("next")).await;
+    tokio::time::timeout(Duration::from_millis(1500), next.handle.wait_leader())
+        .await
+        .expect("the successor leads without waiting for expiry");
+    next.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn drift_is_reported_and_never_rewritten() {
+    let plane = Plane::start().await;
+    let mut s = settings();
+    s.drift_check_interval = Duration::from_millis(400);
+    let ctl = start_controller(&plane, s).await;
+    plane.create_shard("drifter").await;
+    let before = addressed(&plane, "drifter").await;
+    // Someone deletes the claim behind the controller's back.
+    plane
+        .claims()
+        .delete(&claim_name(SHARD_NS, "drifter"), &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(10, "an AddressDrift event", || async {
+        let r = plane.event_reasons("drifter").await;
+        r.contains(&"AddressDrift".to_string()).then_some(())
+    })
+    .await;
+    assert!(ctl.metrics.drift_count("missing") >= 1);
+    let after = plane.shard_now("drifter").unwrap();
+    assert_eq!(after.spec, before.spec, "drift never rewrites the shard");
+    let e = plane
+        .events_for("drifter")
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("AddressDrift"))
+        .unwrap();
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_drift_check_before_one_interval() {
+    let plane = Plane::start().await;
+    let mut s = settings();
+    s.drift_check_interval = Duration::from_secs(3600);
+    let ctl = start_controller(&plane, s).await;
+    plane.create_shard("calm").await;
+    addressed(&plane, "calm").await;
+    settle().await;
+    plane.reset_counters();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(plane.work_request_total(), 0);
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_cell_credential_is_never_ready() {
+    let plane = Plane::start().await;
+    let metrics = egress_address::Metrics::unregistered();
+    let controller = egress_address::Controller::new(
+        settings(),
+        bogus_client(&plane, "cell"),
+        plane.ipam_for_controller().await,
+        metrics,
+    )
+    .unwrap();
+    let handle = controller.handle();
+    let task = tokio::spawn(controller.run(tokio::time::sleep(Duration::from_secs(2))));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!handle.is_ready());
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_ipam_credential_writes_nothing_and_turns_not_ready() {
+    let plane = Plane::start().await;
+    let ctl = start_controller_with(settings(), plane.cell(), bogus_client(&plane, PLATFORM)).await;
+    plane.create_shard("locked-out").await;
+    eventually(5, "not ready", || async {
+        (!ctl.handle.is_ready()).then_some(())
+    })
+    .await;
+    assert!(
+        plane
+            .shard_now("locked-out")
+            .unwrap()
+            .spec
+            .shard_address_ipv6
+            .is_empty()
+    );
+    assert_eq!(
+        plane
+            .lp
+            .metrics()
+            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
+        0
+    );
+    ctl.stop().await.unwrap();
+}
