@@ -1,0 +1,342 @@
+//! The grants in `config/` are exactly enough: the controller, run against localplane with RBAC
+//! enforced using only the roles the cell kustomization builds and the Milo grant, addresses,
+//! adopts and releases shards without a single 403; and with any one verb removed from any rule,
+//! the controller is refused that verb (so every verb is needed).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use egress_address::{Controller, LeaderElection, Metrics, Settings};
+use egress_address_cli::bench::harness::{allocations_key, claims_key, shards_key};
+use localplane::{Identity, LocalPlane};
+use serde_json::{Value, json};
+
+const PROJECT: &str = "platform";
+const CLAIM_NS: &str = "default";
+const SHARD_NS: &str = "egress";
+const CONTROLLER_NS: &str = "egress-address-system";
+const SA_USER: &str = "system:serviceaccount:egress-address-system:egress-address-controller";
+const MILO_USER: &str = "system:egress-address@cloud.datumapis.com";
+
+struct Grants {
+    cell: Vec<Value>,
+    milo: Vec<Value>,
+}
+
+/// One verb of one rule: (in the Milo grant?, document index, rule index, verb).
+type Verb = (bool, usize, usize, String);
+
+impl Grants {
+    fn load(kubectl: &std::path::Path) -> Grants {
+        let cell = common::kustomize(kubectl, "config/egress-address")
+            .into_iter()
+            .filter(|d| {
+                d["apiVersion"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("rbac.authorization.k8s.io/")
+            })
+            .collect();
+        Grants {
+            cell,
+            milo: common::documents("config/egress-address/milo-grant.yaml"),
+        }
+    }
+
+    fn verbs(&self) -> Vec<Verb> {
+        let mut out = vec![];
+        for (milo, docs) in [(false, &self.cell), (true, &self.milo)] {
+            for (d, doc) in docs.iter().enumerate() {
+                for (r, rule) in doc["rules"].as_array().into_iter().flatten().enumerate() {
+                    for v in rule["verbs"].as_array().unwrap() {
+                        out.push((milo, d, r, v.as_str().unwrap().to_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn without(&self, (milo, d, r, verb): &Verb) -> Grants {
+        let mut g = Grants {
+            cell: self.cell.clone(),
+            milo: self.milo.clone(),
+        };
+        let docs = if *milo { &mut g.milo } else { &mut g.cell };
+        let verbs = docs[*d]["rules"][*r]["verbs"].as_array_mut().unwrap();
+        verbs.retain(|v| v != verb);
+        g
+    }
+
+    /// The resource and group of a rule, as localplane's counters name it.
+    fn resource(&self, (milo, d, r, _): &Verb) -> String {
+        let docs = if *milo { &self.milo } else { &self.cell };
+        let rule = &docs[*d]["rules"][*r];
+        let group = rule["apiGroups"][0].as_str().unwrap();
+        let res = rule["resources"][0].as_str().unwrap();
+        if group.is_empty() {
+            res.to_string()
+        } else {
+            format!("{res}.{group}")
+        }
+    }
+}
+
+struct Outcome {
+    addressed: bool,
+    adopted: bool,
+    released: bool,
+    events_patched: bool,
+    lease_renewed: bool,
+    forbidden: Vec<(String, String, String)>,
+}
+
+impl Outcome {
+    fn complete(&self) -> bool {
+        self.addressed && self.adopted && self.released && self.events_patched && self.lease_renewed
+    }
+}
+
+fn ipam_claim(name: &str, shard: &str, reclaim: &str) -> Value {
+    json!({
+        "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
+        "metadata": {"name": name, "namespace": CLAIM_NS, "annotations": {
+            "cloud.datumapis.com/egress-shard-namespace": SHARD_NS,
+            "cloud.datumapis.com/egress-shard-name": shard}},
+        "spec": {"className": "datum-egress-shard-address-ipv6", "ipFamily": "IPv6", "prefixLength": 128,
+                 "scope": {"location": {"apiGroup": "networking.datumapis.com", "kind": "Location", "name": "dfw"}},
+                 "reclaimPolicy": reclaim}
+    })
+}
+
+fn shard(name: &str) -> Value {
+    json!({"apiVersion": "network.datumapis.com/v1alpha1", "kind": "EgressShard",
+           "metadata": {"name": name, "namespace": SHARD_NS},
+           "spec": {"targetRef": {"kind": "Node", "name": format!("node-{name}")}}})
+}
+
+/// Runs the controller with `grants` until the scenario completes or `stop` says so.
+async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) -> Outcome {
+    let lp = LocalPlane::builder()
+        .crd_dir(common::root().join("config/crd"))
+        .ipam(PROJECT)
+        .project(PROJECT)
+        .project_namespace(CLAIM_NS)
+        .namespace(CONTROLLER_NS)
+        .namespace(SHARD_NS)
+        .identity(Identity::admin("admin", "admin-token"))
+        .identity(Identity::user("controller", "sa-token", SA_USER))
+        .identity(Identity::user("milo", "milo-token", MILO_USER))
+        .rbac(true)
+        .build()
+        .unwrap();
+    let cell = lp.cell();
+    let platform = lp.project(PROJECT).unwrap();
+    for d in &grants.cell {
+        cell.apply_object(d.clone()).unwrap();
+    }
+    for d in &grants.milo {
+        platform.apply_object(d.clone()).unwrap();
+    }
+    for mut d in common::documents("config/ipam/egress-shard-ipv6.yaml") {
+        if d["kind"] == "IPPool" {
+            d["spec"]["cidr"] = json!("2001:db8::/40");
+        }
+        platform.apply_object(d).unwrap();
+    }
+    // An address an earlier claim of the same name retained: the controller must adopt it.
+    let adopt_claim = egress_address::naming::claim_name(SHARD_NS, "s-adopt");
+    platform
+        .apply_object(ipam_claim(&adopt_claim, "s-adopt", "Retain"))
+        .unwrap();
+    let running = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let admin_ipam = running.http_client(PROJECT, "admin").unwrap();
+    let claims: kube::Api<egress_api::ipam::IPClaim> = kube::Api::namespaced(admin_ipam, CLAIM_NS);
+    claims
+        .delete(&adopt_claim, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        running
+            .project(PROJECT)
+            .unwrap()
+            .objects(&allocations_key(), Some(CLAIM_NS))
+            .len(),
+        1,
+        "retained"
+    );
+    // A claim under another shard's name: refused on every re-check, so its event repeats (a patch).
+    let collide_claim = egress_address::naming::claim_name(SHARD_NS, "s-collide");
+    let mut foreign = ipam_claim(&collide_claim, "someone-else", "Delete");
+    foreign["metadata"]["annotations"]["cloud.datumapis.com/egress-shard-namespace"] =
+        json!("elsewhere");
+    running
+        .project(PROJECT)
+        .unwrap()
+        .apply_object(foreign)
+        .unwrap();
+    for name in ["s-new", "s-gone", "s-adopt", "s-collide"] {
+        running.cell().apply_object(shard(name)).unwrap();
+    }
+    running.metrics().reset();
+
+    let cell_client = running.http_client("cell", "controller").unwrap();
+    let ipam_kubeconfig = running.kubeconfig_path(PROJECT, "milo").unwrap();
+    let ipam = egress_address::ipam_client(&ipam_kubeconfig, PROJECT)
+        .await
+        .unwrap();
+    let mut settings = Settings::new("datum-egress-shard-address-ipv6", "dfw", PROJECT);
+    settings.claim_namespace = CLAIM_NS.into();
+    let mut lease = LeaderElection::new(CONTROLLER_NS);
+    lease.retry_period = Duration::from_millis(200);
+    settings.leader_election = Some(lease);
+    settings.recheck_interval = Duration::from_millis(300);
+    settings.event_repeat_interval = Duration::from_millis(100);
+    settings.backoff.base = Duration::from_millis(100);
+    settings.backoff.cap = Duration::from_secs(1);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let controller = Controller::new(
+        settings,
+        cell_client,
+        ipam,
+        Metrics::register(&mut registry),
+    )
+    .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async move {
+        let _ = rx.await;
+    }));
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deleted = false;
+    let mut addressed = false;
+    let outcome = loop {
+        let shard_of = |n: &str| running.cell().object(&shards_key(), Some(SHARD_NS), n);
+        let address = |n: &str| {
+            shard_of(n).map(|s| {
+                s["spec"]["shardAddressIPv6"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+        };
+        addressed = addressed
+            || ["s-new", "s-gone"]
+                .iter()
+                .all(|n| address(n).is_some_and(|a| !a.is_empty()));
+        let adopted = shard_of("s-adopt")
+            .is_some_and(|s| s["spec"]["shardAddressIPv6ClaimRef"]["kind"] == "IPAllocation");
+        if addressed && !deleted {
+            let shards: kube::Api<egress_api::shard::EgressShard> =
+                kube::Api::namespaced(running.http_client("cell", "admin").unwrap(), SHARD_NS);
+            shards.delete("s-gone", &Default::default()).await.unwrap();
+            deleted = true;
+        }
+        let gone_claim = egress_address::naming::claim_name(SHARD_NS, "s-gone");
+        let released = deleted
+            && running
+                .project(PROJECT)
+                .unwrap()
+                .object(&claims_key(), Some(CLAIM_NS), &gone_claim)
+                .is_none();
+        let m = running.metrics();
+        let events_patched = m.count(|k| {
+            k.plane == "cell"
+                && k.verb == "patch"
+                && k.resource == "events.events.k8s.io"
+                && k.code == 200
+        }) > 0;
+        let lease_renewed = m.count(|k| {
+            k.verb == "update" && k.resource == "leases.coordination.k8s.io" && k.code == 200
+        }) > 0;
+        let forbidden: Vec<(String, String, String)> = m
+            .snapshot()
+            .into_iter()
+            .filter(|c| c.key.code == 403)
+            .map(|c| (c.key.plane, c.key.verb, c.key.resource))
+            .collect();
+        let o = Outcome {
+            addressed,
+            adopted,
+            released,
+            events_patched,
+            lease_renewed,
+            forbidden,
+        };
+        if Instant::now() > deadline {
+            eprintln!("scenario timed out; requests: {:#?}", m.snapshot());
+        }
+        if o.complete() || stop(m) || Instant::now() > deadline {
+            break o;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    running.shutdown().await;
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grants_are_enough_and_each_verb_is_needed() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let Some(kubectl) = common::kubectl() else {
+        return;
+    };
+    let grants = Grants::load(&kubectl);
+    assert_eq!(
+        grants.cell.len(),
+        4,
+        "ClusterRole, ClusterRoleBinding, Role, RoleBinding"
+    );
+
+    let full = scenario(&grants, |_| false).await;
+    assert!(
+        full.forbidden.is_empty(),
+        "the controller needed a verb its grants lack: {:?}",
+        full.forbidden
+    );
+    assert!(full.addressed, "new shards addressed");
+    assert!(
+        full.adopted,
+        "retained allocation adopted (ipallocations get)"
+    );
+    assert!(
+        full.released,
+        "a deleted shard's claim released (ipclaims delete)"
+    );
+    assert!(
+        full.events_patched,
+        "a repeated event aggregated (events patch)"
+    );
+    assert!(full.lease_renewed, "the lease renewed (leases update)");
+
+    let verbs = grants.verbs();
+    assert_eq!(
+        verbs.len(),
+        4 + 2 + 3 + 3 + 1,
+        "every verb of every rule: {verbs:?}"
+    );
+    for verb in &verbs {
+        let resource = grants.resource(verb);
+        let reduced = grants.without(verb);
+        let refused = |m: &localplane::Metrics| {
+            m.count(|k| k.verb == verb.3 && k.resource == resource && k.code == 403) > 0
+        };
+        let o = scenario(&reduced, refused).await;
+        assert!(
+            o.forbidden
+                .iter()
+                .any(|(_, v, r)| *v == verb.3 && *r == resource),
+            "without {} on {resource} the controller was never refused it, so the grant does not need it \
+             (forbidden: {:?}, complete: {})",
+            verb.3,
+            o.forbidden,
+            o.complete()
+        );
+    }
+}
