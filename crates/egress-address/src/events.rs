@@ -53,11 +53,20 @@ impl EventGate {
         true
     }
 
+    /// Takes back an admitted event that could not be published, so the next attempt goes out.
+    pub fn retract(&mut self, key: &ShardKey, reason: &str) {
+        if let Some(per_shard) = self.last.get_mut(key) {
+            per_shard.remove(reason);
+        }
+    }
+
     /// Forgets a shard that is gone.
     pub fn forget(&mut self, key: &ShardKey) {
         self.last.remove(key);
     }
 }
+
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Publishes events, only while this instance may write.
 #[derive(Clone)]
@@ -118,10 +127,22 @@ impl Notifier {
             secondary: None,
         };
         // An event is a courtesy to whoever reads the shard; failing to publish one must not
-        // fail the reconcile that already did its work.
-        if let Err(err) = self.recorder.publish(&event, &shard.object_ref(&())).await {
-            warn!(shard = %key, reason, %err, "could not publish an event on the shard");
-        }
+        // fail (or, with a hung API, hold up) the reconcile that already did its work.
+        let published = tokio::time::timeout(
+            PUBLISH_TIMEOUT,
+            self.recorder.publish(&event, &shard.object_ref(&())),
+        )
+        .await;
+        let failure = match published {
+            Ok(Ok(())) => return,
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => format!("no answer within {PUBLISH_TIMEOUT:?}"),
+        };
+        warn!(shard = %key, reason, err = %failure, "could not publish an event on the shard");
+        self.gate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retract(&key, reason);
     }
 
     pub fn forget(&self, key: &ShardKey) {
@@ -186,6 +207,8 @@ mod tests {
         assert!(gate.admit(&a, "ClaimPending", "x", t0, hour));
         assert!(gate.admit(&b, "ClaimRefused", "Exhausted", t0, hour));
         gate.forget(&a);
+        assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
+        gate.retract(&a, "ClaimRefused");
         assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
     }
 

@@ -342,6 +342,7 @@ async fn watch_shards(
             watcher::Event::InitDone => {
                 // A shard that vanished while the watch was down only shows as a missing entry.
                 for gone in known.difference(&listing) {
+                    ctx.metrics.forget_shard(gone);
                     queue.add(gone.clone());
                 }
                 known = std::mem::take(&mut listing);
@@ -362,6 +363,8 @@ async fn watch_shards(
             watcher::Event::Delete(shard) => {
                 let key = ShardKey::of(shard);
                 known.remove(&key);
+                // Every instance keeps its gauge true, not only the leader that releases.
+                ctx.metrics.forget_shard(&key);
                 queue.add(key);
             }
         }

@@ -570,3 +570,31 @@ async fn a_label_edit_on_an_addressed_shard_costs_nothing() {
     assert!(reqs.is_empty(), "{reqs:#?}");
     ctl.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_long_shard_name_uses_the_hashed_claim_name_end_to_end() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    // Dotted labels: a long node name is an FQDN.
+    let long = format!("node-{}", vec!["a".repeat(58); 4].join("."));
+    plane.create_shard(&long).await;
+    let shard = addressed(&plane, &long).await;
+    let name = claim_name(SHARD_NS, &long);
+    assert_eq!(name.len(), 253);
+    assert_eq!(shard.spec.shard_address_ipv6_claim_ref.unwrap().name, name);
+    let claim = plane.claim_now(&name).unwrap();
+    assert_eq!(
+        claim.metadata.annotations.unwrap()[ANNOTATION_SHARD_NAME],
+        long
+    );
+    plane
+        .shards()
+        .delete(&long, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(10, "the hashed claim to be released", || async {
+        plane.claim_now(&name).is_none().then_some(())
+    })
+    .await;
+    ctl.stop().await.unwrap();
+}
