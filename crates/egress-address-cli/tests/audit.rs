@@ -45,6 +45,19 @@ async fn claim(world: &World, name: &str) -> String {
     cidr.trim_end_matches("/128").to_string()
 }
 
+/// Runs the real binary's `audit` with the world's kubeconfigs.
+async fn run_audit(world: &World, extra: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_egress-address"));
+    cmd.arg("audit")
+        .args(extra)
+        .arg("--cell-kubeconfig")
+        .arg(&world.cell_kubeconfig);
+    cmd.arg("--ipam-kubeconfig").arg(&world.ipam_kubeconfig);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
     let world = World::start(&WorldOptions::default()).await.unwrap();
@@ -69,20 +82,7 @@ async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
     }
     assert_eq!(cell.objects(&shards_key(), Some(NS)).len(), 7);
 
-    let bin = env!("CARGO_BIN_EXE_egress-address");
-    let cell_kc = world.cell_kubeconfig.clone();
-    let ipam_kc = world.ipam_kubeconfig.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(bin)
-            .args(["audit", "-o", "json", "--cell-kubeconfig"])
-            .arg(&cell_kc)
-            .arg("--ipam-kubeconfig")
-            .arg(&ipam_kc)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = run_audit(&world, &["-o", "json"]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -114,20 +114,7 @@ async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
             Api::namespaced(world.admin_client("cell").unwrap(), NS);
         api.delete(name, &Default::default()).await.unwrap();
     }
-    let cell_kc = world.cell_kubeconfig.clone();
-    let ipam_kc = world.ipam_kubeconfig.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(bin)
-            .arg("audit")
-            .arg("--cell-kubeconfig")
-            .arg(&cell_kc)
-            .arg("--ipam-kubeconfig")
-            .arg(&ipam_kc)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = run_audit(&world, &[]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
