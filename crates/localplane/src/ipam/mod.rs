@@ -11,6 +11,10 @@
 //! project's plane that is exactly the service's model (catalog and operator pools live there);
 //! another project's plane acts as its own catalog, since a hook sees only its own plane.
 
+// The hook seam answers with `kube::core::Status` by value; boxing it here would only move the
+// copy to the boundary.
+#![allow(clippy::result_large_err)]
+
 mod allocations;
 mod claims;
 mod classes;
@@ -54,7 +58,10 @@ pub fn resources() -> Vec<ResourceKey> {
 /// Serves IPAM on every project plane the builder makes (including ones added later): the four
 /// kinds from their CRDs, each plane with its own [`IpamHooks`]. `platform_project` names the
 /// project that holds the class catalog.
-pub fn install(builder: crate::LocalPlaneBuilder, platform_project: impl Into<String>) -> crate::LocalPlaneBuilder {
+pub fn install(
+    builder: crate::LocalPlaneBuilder,
+    platform_project: impl Into<String>,
+) -> crate::LocalPlaneBuilder {
     let platform = platform_project.into();
     builder
         .project_crds(crds())
@@ -162,15 +169,21 @@ impl Ctx<'_, '_> {
     /// The caller's project; every IPAM write is tenanted. The plane's own in-process admin
     /// writes (manifests loaded at start) carry no project and act for the plane's project.
     pub fn tenant(&self) -> Result<String> {
-        match (self.caller.project.as_deref(), self.hooks.project.as_deref()) {
+        match (
+            self.caller.project.as_deref(),
+            self.hooks.project.as_deref(),
+        ) {
             (Some(p), _) if !p.is_empty() => Ok(p.to_string()),
-            (None, Some(p)) if self.caller.groups.iter().any(|g| g == "system:masters") => Ok(p.to_string()),
+            (None, Some(p)) if self.caller.groups.iter().any(|g| g == "system:masters") => {
+                Ok(p.to_string())
+            }
             _ => Err(errors::no_project_scope(self.plural)),
         }
     }
 
     pub fn is_platform(&self) -> bool {
-        self.tenant().is_ok_and(|t| t == self.hooks.platform_project)
+        self.tenant()
+            .is_ok_and(|t| t == self.hooks.platform_project)
     }
 
     /// The project the plane's own objects (pools) belong to.

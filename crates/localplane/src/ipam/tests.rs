@@ -1311,11 +1311,15 @@ fn the_planes_own_admin_writes_act_for_its_project() {
         project: None,
     };
     flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    let v = p.create("ipclaims", claim("a", json!({"className": "flat"}))).unwrap();
+    let v = p
+        .create("ipclaims", claim("a", json!({"className": "flat"})))
+        .unwrap();
     assert_eq!(v["spec"]["ownerRef"]["name"], PLATFORM);
 
     // A plane of no project (the cell) refuses even the admin.
     p.hooks = IpamHooks::unscoped(PLATFORM);
-    let e = p.create("ipclaims", claim("b", json!({"className": "flat"}))).unwrap_err();
+    let e = p
+        .create("ipclaims", claim("b", json!({"className": "flat"})))
+        .unwrap_err();
     assert!(has_cause(&e, "NoProjectScope"));
 }
