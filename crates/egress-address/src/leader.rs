@@ -120,6 +120,9 @@ pub struct Elector {
     metrics: Metrics,
     /// The lease's resourceVersion and when we first saw it.
     observed: Option<(String, Instant)>,
+    /// The lease as our last write left it: a renewal PUTs on top of it without reading first,
+    /// and any other writer in between makes that PUT a 409.
+    held: Option<Lease>,
 }
 
 impl Elector {
@@ -137,6 +140,7 @@ impl Elector {
             token,
             metrics,
             observed: None,
+            held: None,
         }
     }
 
@@ -211,6 +215,19 @@ impl Elector {
     async fn try_acquire_or_renew(&mut self) -> Result<bool, Error> {
         let now = MicroTime(jiff::Timestamp::now());
         let name = self.config.lease_name.clone();
+        if let Some(mut ours) = self.held.take() {
+            let spec = ours.spec.get_or_insert_with(LeaseSpec::default);
+            spec.renew_time = Some(now.clone());
+            spec.lease_duration_seconds = Some(self.duration_secs());
+            return match self.api.replace(&name, &PostParams::default(), &ours).await {
+                Ok(renewed) => {
+                    self.held = Some(renewed);
+                    Ok(true)
+                }
+                Err(e) if is_conflict(&e) => Ok(false),
+                Err(e) => Err(self.lease_error(e)),
+            };
+        }
         let current = match self.api.get(&name).await {
             Ok(lease) => lease,
             Err(e) if is_not_found(&e) => {
@@ -230,7 +247,10 @@ impl Elector {
                     }),
                 };
                 return match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(true),
+                    Ok(created) => {
+                        self.held = Some(created);
+                        Ok(true)
+                    }
                     Err(e)
                         if is_conflict(&e)
                             || matches!(&e, kube::Error::Api(s) if s.reason == "AlreadyExists") =>
@@ -277,7 +297,10 @@ impl Elector {
             next_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
         match self.api.replace(&name, &PostParams::default(), &next).await {
-            Ok(_) => Ok(true),
+            Ok(written) => {
+                self.held = Some(written);
+                Ok(true)
+            }
             Err(e) if is_conflict(&e) => Ok(false),
             Err(e) => Err(self.lease_error(e)),
         }

@@ -53,6 +53,32 @@
 //! * The pure parts: [`naming`], [`address`], [`ipam_error`], [`claim_spec`], [`decide`],
 //!   [`workqueue`].
 //! * [`Error`] is this crate's error, with [`Error::metric_label`].
+//!
+//! # Operations
+//!
+//! * **Readiness** (`/ready`, `/readyz`): true once the first full list of shards is cached and
+//!   while neither plane refuses the credential (401/403). It does not depend on leadership: a
+//!   standby with a warm cache is ready to take over. `/live` (`/healthz`) is a plain ping. The
+//!   binary serves `/live`, `/ready`, `/healthz`, `/readyz` and `/metrics` (OpenMetrics) on both
+//!   `--health-probe-bind-address` and `--metrics-bind-address`.
+//! * **Metrics** (prefix `egress_address`): `shards{state=addressed|pending|refused|unattributable}`,
+//!   `claim_outcomes_total{outcome=Bound|Adopted|Unbound|Unusable|NameCollision|<IPAM reason>}`,
+//!   `reconcile_duration_seconds`, `ipam_requests_total{verb,resource,code}`,
+//!   `ipam_request_duration_seconds{verb,resource}`, `leader`, `drift_total{kind=missing|different}`.
+//! * **Events** on shards (`events.k8s.io/v1`, see [`events::reason`]): `AddressAssigned`
+//!   (Normal, names the address and holder), `ClaimPending` (Normal), `ClaimRefused` (Warning,
+//!   with IPAM's reason), `UnusableAnswer`, `ClaimNameCollision`, `AssignRefused`,
+//!   `AddressDrift` (Warning). A repeat of the same reason and message for a shard is held back
+//!   for `event_repeat_interval`.
+//! * **Leader election**: Lease `egress-address-controller.cloud.datumapis.com`; a renewal is one
+//!   PUT on the lease as last written; a 409 or any failed renewal stops writes at once, and a
+//!   missed renewal deadline stops them without any request. Shutdown releases the lease.
+//! * **Flags** (see [`cli::Args`]): `--address-class-ipv6`, `--claim-namespace` (default
+//!   `default`), `--location`, `--platform-project`, `--ipam-kubeconfig` (all required, empty
+//!   counts as missing), `--kubeconfig`, `--shard-namespace`, `--leader-elect[=false]`,
+//!   `--leader-election-namespace`, lease timings, `--metrics-bind-address` (`:8080`),
+//!   `--health-probe-bind-address` (`:8081`), `--concurrency`, backoff, re-check, drift and
+//!   event intervals, `--log-format plain|json`, `--log-level`; each has an environment variable.
 
 pub mod address;
 pub mod admin;

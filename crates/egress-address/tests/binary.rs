@@ -141,6 +141,10 @@ struct Proc {
 
 impl Proc {
     fn start(plane: &Plane, identity_env: &str) -> Proc {
+        Self::start_with(plane, identity_env, &[])
+    }
+
+    fn start_with(plane: &Plane, identity_env: &str, env: &[(&str, &str)]) -> Proc {
         let cell = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
         // Milo's grant kubeconfig names the base URL; the controller appends the project path.
         let ipam = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
@@ -155,7 +159,6 @@ impl Proc {
             .env("POD_NAME", identity_env)
             .env("RUST_LOG", "info")
             .args([
-                "--leader-elect",
                 &format!("--health-probe-bind-address=127.0.0.1:{probe}"),
                 &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
                 &format!("--ipam-kubeconfig={}", ipam.display()),
@@ -165,6 +168,13 @@ impl Proc {
                 "--backoff-base=50ms",
                 "--log-format=json",
             ]);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        if !env.iter().any(|(k, _)| *k == "LEADER_ELECT") {
+            // As the reference Deployment passes it: a bare flag.
+            c.arg("--leader-elect");
+        }
         // A file, not a pipe: nobody drains a pipe while the test runs, and a full one blocks.
         let log = plane.dir.path().join(format!("{identity_env}.log"));
         c.stderr(std::fs::File::create(&log).unwrap())
@@ -313,4 +323,22 @@ async fn the_binary_end_to_end_with_a_restart() {
         logs.contains("released the public IPv6 address of a shard that is gone"),
         "{logs}"
     );
+}
+
+#[tokio::test]
+async fn leader_election_can_be_turned_off_from_the_environment() {
+    let plane = Plane::start().await;
+    let mut p = Proc::start_with(&plane, "solo", &[("LEADER_ELECT", "false")]);
+    wait_ready(&p).await;
+    plane.create_shard("unelected").await;
+    addressed(&plane, "unelected").await;
+    let (_, body) = http_get(p.metrics, "/metrics").await.unwrap();
+    assert!(body.contains("egress_address_leader 1"), "{body}");
+    let leases = localplane::ResourceKey::new("coordination.k8s.io", "leases");
+    assert!(
+        plane.lp.cell().objects(&leases, None).is_empty(),
+        "a lease was taken"
+    );
+    p.sigterm();
+    assert_eq!(p.wait_exit(10).await.0, Some(0));
 }

@@ -287,3 +287,22 @@ async fn a_refused_ipam_credential_writes_nothing_and_turns_not_ready() {
     );
     ctl.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_renewal_is_one_write_without_a_read() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, elected("renewer")).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    plane.reset_counters();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let m = plane.lp.metrics();
+    let puts = m.count(|k| k.resource.starts_with("leases") && k.verb == "update");
+    let gets = m.count(|k| k.resource.starts_with("leases") && k.verb == "get");
+    assert!(puts >= 3, "renewals: {puts}");
+    assert_eq!(gets, 0, "a renewal read the lease first");
+    assert!(ctl.handle.is_leader());
+    ctl.stop().await.unwrap();
+}
