@@ -385,6 +385,11 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
         .filter(|e| e.reason.as_deref() == Some("ClaimRefused"))
         .count();
     assert_eq!(refused_events, 1, "repeats are aggregated");
+    assert_eq!(
+        ctl.metrics
+            .shards_in(egress_address::metrics::ShardState::Refused),
+        1
+    );
     plane.clear_faults();
     addressed(&plane, "full").await;
     ctl.stop().await.unwrap();
@@ -596,5 +601,37 @@ async fn a_long_shard_name_uses_the_hashed_claim_name_end_to_end() {
         plane.claim_now(&name).is_none().then_some(())
     })
     .await;
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
+    let plane = Plane::start().await;
+    plane.set_faults(vec![fault("cell", "update", "egressshards", 409)]);
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("raced").await;
+    eventually(10, "a refused update", || async {
+        (plane
+            .lp
+            .metrics()
+            .count(|k| k.verb == "update" && k.code == 409)
+            >= 1)
+            .then_some(())
+    })
+    .await;
+    plane.clear_faults();
+    let shard = addressed(&plane, "raced").await;
+    let name = claim_name(SHARD_NS, "raced");
+    let claim = plane.claim_now(&name).unwrap();
+    assert_eq!(
+        format!("{}/128", shard.spec.shard_address_ipv6),
+        claim.status.unwrap().allocated_cidr,
+        "the retry used the claim it had already made"
+    );
+    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+        &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
+        Some(CLAIM_NS),
+    );
+    assert_eq!(claims.len(), 1, "one claim, one address");
     ctl.stop().await.unwrap();
 }
