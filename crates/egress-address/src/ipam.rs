@@ -2,6 +2,7 @@
 //! cache, no watch (nothing watches IPAM).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egress_api::ipam::{IPAllocation, IPClaim, project_control_plane_path};
@@ -11,8 +12,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
 use crate::Error;
-use crate::ipam_error::{is_not_found, status_code};
+use crate::ipam_error::{is_not_found, is_unauthorized, status_code};
 use crate::metrics::Metrics;
+use crate::runtime::Shared;
 
 /// The kubeconfig server with its path replaced by the project's control-plane path, so that
 /// every IPAM request goes to
@@ -95,6 +97,7 @@ pub struct Ipam {
     client: Client,
     metrics: Metrics,
     timeout: Duration,
+    auth: Option<Arc<Shared>>,
 }
 
 impl Ipam {
@@ -103,7 +106,16 @@ impl Ipam {
             client,
             metrics,
             timeout: Duration::from_secs(30),
+            auth: None,
         }
+    }
+
+    /// Reports every answer's verdict on the credential to the readiness state: a 401/403 makes
+    /// the controller not ready, and any other answer from IPAM (even a 404) proves the
+    /// credential works again.
+    pub(crate) fn with_auth_watch(mut self, shared: Arc<Shared>) -> Self {
+        self.auth = Some(shared);
+        self
     }
 
     /// Bounds every request, so a hung IPAM cannot hold a shard (or shutdown) forever.
@@ -134,6 +146,13 @@ impl Ipam {
             Ok(_) => ok_code,
             Err(e) => status_code(e),
         };
+        if let Some(shared) = &self.auth {
+            match &res {
+                Err(e) if is_unauthorized(e) => shared.set_ipam_auth_failed(true),
+                Ok(_) | Err(kube::Error::Api(_)) => shared.set_ipam_auth_failed(false),
+                Err(_) => {}
+            }
+        }
         self.metrics
             .ipam_request(verb, resource, code, start.elapsed());
         res

@@ -269,10 +269,7 @@ async fn claim_and_assign(
         shard_name: &key.name,
     };
     let holding = match claim(&ctx.ipam, &req).await {
-        Ok(holding) => {
-            ctx.shared.set_ipam_auth_failed(false);
-            holding
-        }
+        Ok(holding) => holding,
         Err(err) => return claim_failed(ctx, key, shard, err).await,
     };
     ctx.metrics.claim_outcome(match holding.kind {
@@ -388,14 +385,9 @@ async fn claim_failed(
             ctx.notifier.warning(shard, event_reason, note).await;
             Ok(Next::Recheck)
         }
-        ClaimFailure::Transient => {
-            if err.is_unauthorized() {
-                ctx.shared.set_ipam_auth_failed(true);
-            }
-            Err(Error::Claim {
-                shard: key.name.clone(),
-                source: Box::new(err),
-            })
-        }
+        ClaimFailure::Transient => Err(Error::Claim {
+            shard: key.name.clone(),
+            source: Box::new(err),
+        }),
     }
 }

@@ -173,7 +173,9 @@ impl Controller {
             leader.clone(),
             settings.event_repeat_interval,
         );
-        let ipam = Ipam::new(ipam, metrics.clone()).with_timeout(settings.request_timeout);
+        let ipam = Ipam::new(ipam, metrics.clone())
+            .with_timeout(settings.request_timeout)
+            .with_auth_watch(shared.clone());
         let queue = Arc::new(WorkQueue::<ShardKey>::new(settings.backoff));
         let ctx = Arc::new(Context::new(
             settings.clone(),

@@ -306,3 +306,22 @@ async fn a_renewal_is_one_write_without_a_read() {
     assert!(ctl.handle.is_leader());
     ctl.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn readiness_returns_when_ipam_accepts_the_credential_again() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.set_faults(vec![fault(PLATFORM, "*", "*", 403)]);
+    plane.create_shard("forbidden").await;
+    eventually(5, "not ready", || async {
+        (!ctl.handle.is_ready()).then_some(())
+    })
+    .await;
+    plane.clear_faults();
+    addressed(&plane, "forbidden").await;
+    eventually(5, "ready again", || async {
+        ctl.handle.is_ready().then_some(())
+    })
+    .await;
+    ctl.stop().await.unwrap();
+}
