@@ -146,6 +146,16 @@ pub(crate) fn conflict(plural: &str, name: &str, msg: &str, causes: Vec<StatusCa
     )
 }
 
+/// 409 AlreadyExists, as `apierrors.NewAlreadyExists` builds it.
+pub(crate) fn already_exists(plural: &str, name: &str) -> Refusal {
+    status(
+        409,
+        "AlreadyExists",
+        format!("{plural}.{GROUP} \"{name}\" already exists"),
+        Some(details(name, plural, Vec::new())),
+    )
+}
+
 /// 403 Forbidden, as `apierrors.NewForbidden` builds it.
 pub(crate) fn forbidden(plural: &str, name: &str, msg: &str) -> Refusal {
     let message = if name.is_empty() {

@@ -197,12 +197,7 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
     // The plane would refuse this as AlreadyExists after the hook; refusing here keeps the index
     // from briefly describing a pool that was never stored.
     if ctx.txn.get(&key(POOLS), None, &name).is_some() {
-        return Err(errors::conflict(
-            POOLS,
-            &name,
-            "an IPPool of this name already exists",
-            Vec::new(),
-        ));
+        return Err(errors::already_exists(POOLS, &name));
     }
 
     let (block, message) = if let Some(block) = root_block {
