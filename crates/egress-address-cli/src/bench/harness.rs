@@ -403,9 +403,17 @@ pub fn requests_by(
 ) -> BTreeMap<(String, String), u64> {
     let mut m = BTreeMap::new();
     for c in lp.metrics().snapshot() {
+        if std::env::var_os("BENCH_DEBUG").is_some() {
+            eprintln!("  {c:?}");
+        }
         if include(&c.key) {
-            *m.entry((c.key.plane.clone(), c.key.verb.clone()))
-                .or_default() += c.count;
+            // Non-resource requests are recorded under their path.
+            let verb = if c.key.resource.starts_with('/') {
+                "discovery".to_string()
+            } else {
+                c.key.verb.clone()
+            };
+            *m.entry((c.key.plane.clone(), verb)).or_default() += c.count;
         }
     }
     m
