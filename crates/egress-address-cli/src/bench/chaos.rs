@@ -586,3 +586,68 @@ pub fn ci_options(seed: u64) -> ChaosArgs {
         keep_logs: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::harness::shard_object;
+    use serde_json::json;
+
+    fn at(base: Instant, ms: u64, acting: &[&str]) -> Sample {
+        Sample {
+            at: base + Duration::from_millis(ms),
+            acting: acting.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_delete_is_owed_only_when_one_controller_acted_throughout() {
+        let t0 = Instant::now();
+        let steady: Vec<Sample> = (0..200).map(|i| at(t0, i * 100, &["a"])).collect();
+        let deleted = t0 + Duration::from_millis(1050);
+        assert!(!excused(&steady, Some(&deleted), true));
+
+        // The only acting controller was killed two seconds after the delete.
+        let killed: Vec<Sample> = (0..200)
+            .map(|i| at(t0, i * 100, if i < 30 { &["a"] } else { &[] }))
+            .collect();
+        assert!(excused(&killed, Some(&deleted), true));
+
+        // A hand-over from a to b within the window does not count as one controller acting.
+        let handover: Vec<Sample> = (0..200)
+            .map(|i| at(t0, i * 100, if i < 30 { &["a"] } else { &["b"] }))
+            .collect();
+        assert!(excused(&handover, Some(&deleted), true));
+
+        // A claim for a shard the run never deleted is never excused.
+        assert!(!excused(&killed, None, true));
+    }
+
+    #[tokio::test]
+    async fn the_checker_catches_shared_addresses_bad_refs_and_gaps() {
+        let world = World::start(&WorldOptions::default()).await.unwrap();
+        let cell = world.lp.cell();
+        cell.ensure_namespace(NAMESPACE);
+        let with = |name: &str, addr: &str, claim: &str| {
+            let mut s = shard_object(NAMESPACE, name);
+            s["spec"]["shardAddressIPv6"] = json!(addr);
+            s["spec"]["shardAddressIPv6ClaimRef"] = json!({
+                "apiGroup": "ipam.miloapis.com", "kind": "IPClaim", "project": PLATFORM_PROJECT,
+                "namespace": CLAIM_NAMESPACE, "name": claim,
+            });
+            cell.apply_object(s).unwrap();
+        };
+        with("one", "2001:db8::1", "no-such-claim");
+        with("two", "2001:db8::1", "no-such-claim");
+        cell.apply_object(shard_object(NAMESPACE, "bare")).unwrap();
+        let live: BTreeSet<String> = ["one", "two", "bare", "lost"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = check(&world, &live, &BTreeMap::new(), &[], true);
+        assert_eq!(r.shared_addresses.len(), 1, "{r:?}");
+        assert_eq!(r.ref_mismatches.len(), 2, "{r:?}");
+        assert_eq!(r.unaddressed.len(), 2, "bare and lost: {r:?}");
+        assert_eq!(r.violations().len(), 3);
+    }
+}
