@@ -387,27 +387,48 @@ impl LocalPlane {
         kube::Client::new(svc, "default")
     }
 
-    /// Serves on `addr` (use `127.0.0.1:0` for a free port) until [`Running::shutdown`].
+    /// Serves plain HTTP on `addr` (use `127.0.0.1:0` for a free port) until
+    /// [`Running::shutdown`]. Enough for kube-rs; kubectl needs [`LocalPlane::serve_tls`], since
+    /// client-go sends bearer tokens only over TLS.
     pub async fn serve(self, addr: SocketAddr) -> std::io::Result<Running> {
+        self.serve_inner(addr, None).await
+    }
+
+    /// Serves HTTPS on `addr` with a freshly generated CA, which the kubeconfigs and
+    /// [`Running::http_client`] trust.
+    pub async fn serve_tls(self, addr: SocketAddr) -> std::io::Result<Running> {
+        let tls = crate::tls::TlsMaterial::generate().map_err(std::io::Error::other)?;
+        self.serve_inner(addr, Some(tls)).await
+    }
+
+    async fn serve_inner(
+        self,
+        addr: SocketAddr,
+        tls: Option<crate::tls::TlsMaterial>,
+    ) -> std::io::Result<Running> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let mut stop = self.0.shutdown.subscribe();
         let router = self.router();
-        let task = tokio::spawn(async move {
-            let res = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = res {
-                tracing::error!("localplane server: {e}");
-            }
-        });
+        let task = match &tls {
+            Some(t) => tokio::spawn(crate::tls::serve(listener, router, t.server.clone(), stop)),
+            None => tokio::spawn(async move {
+                let res = axum::serve(listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await;
+                if let Err(e) = res {
+                    tracing::error!("localplane server: {e}");
+                }
+            }),
+        };
         let dir =
             std::env::temp_dir().join(format!("localplane-{}-{}", std::process::id(), addr.port()));
         Ok(Running {
             lp: self,
             addr,
+            tls,
             kubeconfig_dir: dir,
             task: Some(task),
         })
@@ -418,6 +439,7 @@ impl LocalPlane {
 pub struct Running {
     lp: LocalPlane,
     addr: SocketAddr,
+    tls: Option<crate::tls::TlsMaterial>,
     kubeconfig_dir: PathBuf,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -434,9 +456,15 @@ impl Running {
         self.addr
     }
 
-    /// `http://127.0.0.1:<port>`
+    /// `http://127.0.0.1:<port>`, or `https://` when serving TLS.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The CA and serving certificate, when serving TLS.
+    pub fn tls(&self) -> Option<&crate::tls::TlsMaterial> {
+        self.tls.as_ref()
     }
 
     /// The server URL of a plane (`cell` or a project), as a kubeconfig would carry it.
@@ -465,7 +493,8 @@ impl Running {
         let path = self
             .kubeconfig_dir
             .join(format!("{plane}-{identity}.kubeconfig"));
-        let doc = crate::kubeconfig::render(&self.plane_url(plane), plane, &id);
+        let ca = self.tls.as_ref().map(|t| t.ca_pem.as_str());
+        let doc = crate::kubeconfig::render(&self.plane_url(plane), plane, &id, ca);
         std::fs::write(&path, doc)?;
         Ok(path)
     }
@@ -497,6 +526,9 @@ impl Running {
         let mut cfg = kube::Config::new(url);
         cfg.auth_info.token = Some(token.into());
         cfg.default_namespace = "default".into();
+        if let Some(t) = &self.tls {
+            cfg.root_cert = Some(vec![t.ca_der.clone()]);
+        }
         kube::Client::try_from(cfg)
     }
 

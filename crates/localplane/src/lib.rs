@@ -91,6 +91,7 @@ mod selector;
 mod server;
 mod store;
 mod table;
+mod tls;
 mod watch;
 
 pub use app::{LocalPlane, LocalPlaneBuilder, Running};
@@ -102,3 +103,4 @@ pub use metrics::{Metrics, RequestCount, RequestKey};
 pub use plane::Plane;
 pub use resources::{load_crd_dir, parse_crds};
 pub use server::PROJECT_PREFIX;
+pub use tls::TlsMaterial;

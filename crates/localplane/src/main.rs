@@ -49,6 +49,9 @@ struct Args {
     /// Events kept per plane for resuming watches.
     #[arg(long, env = "LOCALPLANE_WATCH_HISTORY")]
     watch_history: Option<usize>,
+    /// Serve plain HTTP instead of HTTPS (kubectl then sends no bearer tokens).
+    #[arg(long, env = "LOCALPLANE_PLAIN_HTTP")]
+    plain_http: bool,
     /// Admin token when no identities are configured.
     #[arg(long, env = "LOCALPLANE_ADMIN_TOKEN")]
     admin_token: Option<String>,
@@ -93,7 +96,11 @@ async fn main() -> anyhow::Result<()> {
         cfg.identities.push(Identity::admin("admin", &t));
     }
     let lp = LocalPlane::builder().config(cfg).build()?;
-    let mut running = lp.serve(args.listen).await?;
+    let mut running = if args.plain_http {
+        lp.serve(args.listen).await?
+    } else {
+        lp.serve_tls(args.listen).await?
+    };
     if let Some(d) = args.kubeconfig_dir {
         running.set_kubeconfig_dir(d);
     }

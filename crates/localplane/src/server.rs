@@ -519,6 +519,7 @@ async fn serve_resource(
                 cut_after: shared.faults.watch_cut_after(),
                 bookmark_type,
                 render,
+                send_initial_events: query.flag("sendInitialEvents"),
             };
             Ok(watch::respond(plane, req, shared.shutdown.subscribe()))
         }

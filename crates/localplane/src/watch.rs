@@ -39,6 +39,9 @@ pub(crate) struct WatchRequest {
     /// apiVersion and kind a BOOKMARK object carries (kube requires both).
     pub bookmark_type: (String, String),
     pub render: Render,
+    /// `sendInitialEvents=true` (a streaming list, client-go's default since 1.35): the current
+    /// state as ADDED events, then a BOOKMARK annotated `k8s.io/initial-events-end`.
+    pub send_initial_events: bool,
 }
 
 type Chunk = Result<Bytes, std::io::Error>;
@@ -84,7 +87,9 @@ pub(crate) fn respond(
     let (tx, rx) = mpsc::channel::<Chunk>(1024);
     let (initial, mut events, start_rv) = {
         let st = plane.read();
-        let rv = req.resource_version.filter(|rv| *rv > 0);
+        let rv = req
+            .resource_version
+            .filter(|rv| *rv > 0 && !req.send_initial_events);
         match rv {
             Some(rv) if rv < st.store.compacted_through() => {
                 let err = ApiError::expired(format!(
@@ -131,6 +136,19 @@ pub(crate) fn respond(
                     .await
                     .is_err()
             {
+                return;
+            }
+        }
+        if req.send_initial_events {
+            let obj = json!({
+                "apiVersion": req.bookmark_type.0,
+                "kind": req.bookmark_type.1,
+                "metadata": {
+                    "resourceVersion": last_rv.to_string(),
+                    "annotations": {"k8s.io/initial-events-end": "true"},
+                },
+            });
+            if tx.send(Ok(line("BOOKMARK", &obj))).await.is_err() {
                 return;
             }
         }
