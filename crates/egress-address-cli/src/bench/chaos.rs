@@ -66,6 +66,8 @@ pub struct ChaosReport {
     pub created_during_run: usize,
     pub kills: usize,
     pub controller_starts: usize,
+    /// Controllers that exited without being killed (their logs say why).
+    pub unexpected_exits: Vec<String>,
     pub injected_failures: u64,
     pub unaddressed: Vec<String>,
     pub shared_addresses: Vec<String>,
@@ -245,6 +247,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let mut deleted_at: BTreeMap<String, Instant> = BTreeMap::new();
     let mut created = 0usize;
     let mut samples: Vec<Sample> = vec![];
+    let mut unexpected_exits = vec![];
 
     world.lp.faults().set(fault_config(args.seed, false));
     let total = Duration::from_secs(args.seconds.max(2));
@@ -316,10 +319,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             spike_until = Some(now + Duration::from_millis(rng.random_range(300..1200)));
             next_spike = now + Duration::from_millis(rng.random_range(2000..5000));
         }
-        let dead = fleet.reap();
-        for d in dead {
-            tracing::warn!("controller {d} exited on its own");
-        }
+        unexpected_exits.extend(fleet.reap());
         samples.push(sample(&world, &mut fleet, phase_elected).await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -333,7 +333,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let settle_start = Instant::now();
     let settle = Duration::from_secs(args.settle_seconds);
     loop {
-        fleet.reap();
+        unexpected_exits.extend(fleet.reap());
         if fleet.procs.is_empty() {
             fleet.start(phase_elected)?;
         }
@@ -356,12 +356,13 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     report.created_during_run = created;
     report.kills = fleet.kills;
     report.controller_starts = fleet.starts;
+    report.unexpected_exits = unexpected_exits;
     report.injected_failures = injected;
     report.settle_time_seconds = settle_time.as_secs_f64();
     while !fleet.procs.is_empty() {
         fleet.kill(0).await;
     }
-    if args.keep_logs || !report.violations().is_empty() {
+    if args.keep_logs || !report.violations().is_empty() || !report.unexpected_exits.is_empty() {
         let World { lp, dir, .. } = world;
         lp.shutdown().await;
         report.log_dir = Some(dir.keep().join("logs").display().to_string());
@@ -520,6 +521,7 @@ fn check(
         created_during_run: 0,
         kills: 0,
         controller_starts: 0,
+        unexpected_exits: vec![],
         injected_failures: 0,
         unaddressed,
         shared_addresses,
