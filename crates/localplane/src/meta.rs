@@ -129,13 +129,35 @@ pub fn spec_changed(old: &Value, new: &Value, has_status: bool) -> bool {
 /// Whether two versions of an object are equal apart from `resourceVersion` (an unchanged write
 /// is a no-op that keeps the old resourceVersion, as etcd3 storage does).
 pub fn same_content(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            m.remove("managedFields");
-        }
-        v
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return old == new;
     };
-    strip(old) == strip(new)
+    if o.len() != n.len() {
+        return false;
+    }
+    for (k, ov) in o {
+        let Some(nv) = n.get(k) else {
+            return false;
+        };
+        if k != "metadata" {
+            if ov != nv {
+                return false;
+            }
+            continue;
+        }
+        let (Some(om), Some(nm)) = (ov.as_object(), nv.as_object()) else {
+            return ov == nv;
+        };
+        let skip = |k: &str| k == "resourceVersion" || k == "managedFields";
+        let count = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+        if count(om) != count(nm)
+            || om
+                .iter()
+                .filter(|(k, _)| !skip(k))
+                .any(|(k, v)| nm.get(k) != Some(v))
+        {
+            return false;
+        }
+    }
+    true
 }
