@@ -120,6 +120,10 @@ fn preview(items: &[String]) -> String {
 
 /// The CLI entry point: prints the report as JSON and fails when an invariant broke.
 pub async fn main(args: ChaosArgs) -> anyhow::Result<()> {
+    let mut args = args;
+    args.controller_bin = Some(super::harness::controller_for_cli(
+        args.controller_bin.as_deref(),
+    )?);
     let report = run(&args).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     let v = report.violations();

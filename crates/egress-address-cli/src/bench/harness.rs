@@ -228,6 +228,41 @@ pub fn locate_controller(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// The controller binary for the `bench` and `chaos` commands. Under `cargo run` (which sets
+/// `CARGO`) the binary of the same profile is built first: cargo builds only the package it runs,
+/// and a stale controller would be measured without anyone noticing.
+pub fn controller_for_cli(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if explicit.is_none()
+        && let Some(cargo) = std::env::var_os("CARGO")
+    {
+        let exe = std::env::current_exe().context("locating the current executable")?;
+        let release = exe
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|n| n == "release");
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "-p",
+            "egress-address",
+            "--bin",
+            "egress-address-controller",
+        ]);
+        if release {
+            cmd.arg("--release");
+        }
+        eprintln!(
+            "building egress-address-controller ({})",
+            if release { "release" } else { "dev" }
+        );
+        let status = cmd.status().context("running cargo build")?;
+        if !status.success() {
+            bail!("cargo build -p egress-address --bin egress-address-controller failed: {status}");
+        }
+    }
+    locate_controller(explicit)
+}
+
 /// How one controller process is started.
 #[derive(Clone, Debug)]
 pub struct ControllerSpec {

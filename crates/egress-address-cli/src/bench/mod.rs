@@ -59,7 +59,7 @@ pub struct BenchArgs {
 
 /// Runs the matrix and prints the markdown report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let bin = harness::locate_controller(args.controller_bin.as_deref())?;
+    let bin = harness::controller_for_cli(args.controller_bin.as_deref())?;
     if args.shards.is_empty() || args.concurrency.is_empty() {
         bail!("--shards and --concurrency need at least one value each");
     }
