@@ -11,8 +11,9 @@
 //! * server-managed metadata (uid, creationTimestamp, one monotonic resourceVersion per plane,
 //!   generation on spec changes), 409 on stale resourceVersions, status subresource separation,
 //!   unchanged writes as no-ops;
-//! * watches with bookmarks, timeouts, metadata-only and Table output, and 410 Expired (as a 200
-//!   with an ERROR event) for resourceVersions older than the bounded history;
+//! * watches with bookmarks, timeouts, metadata-only and Table output, streaming lists
+//!   (`sendInitialEvents`, which kubectl 1.37 uses), and 410 Expired (as a 200 with an ERROR
+//!   event) for resourceVersions older than the bounded history;
 //! * CRD validation: pruning, defaulting, OpenAPI constraints and `x-kubernetes-validations` (CEL,
 //!   with transition rules), refused with 422 Status bodies worded like the apiserver's;
 //! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`), Table responses from printer columns;
@@ -35,8 +36,10 @@
 //!     .build()?;
 //! // In-process (no socket):
 //! let client = lp.client("cell", "admin");
-//! // Or over loopback TCP, for kubeconfigs and kubectl:
-//! let running = lp.serve("127.0.0.1:0".parse()?).await?;
+//! // Or over loopback TCP. `serve` is plain HTTP (fine for kube-rs); kubectl (client-go) sends
+//! // bearer tokens only over TLS, so use `serve_tls` for it: a throwaway CA signs the serving
+//! // certificate and goes into every kubeconfig.
+//! let running = lp.serve_tls("127.0.0.1:0".parse()?).await?;
 //! let kubeconfig = running.kubeconfig_path("platform", "controller")?;
 //! let remote = running.http_client("platform", "controller")?;
 //! # let _ = (client, kubeconfig, remote);

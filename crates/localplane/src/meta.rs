@@ -86,8 +86,14 @@ pub fn validate_name(name: &str, label_only: bool) -> Vec<FieldError> {
     errs
 }
 
+/// A JSON-pointer lookup through object keys only. `Value::pointer` unescapes (and allocates)
+/// per segment; this sits on every request's path and our pointers have no escapes.
+pub fn at<'a>(obj: &'a Value, ptr: &str) -> Option<&'a Value> {
+    ptr.split('/').skip(1).try_fold(obj, |v, seg| v.get(seg))
+}
+
 pub fn str_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
-    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+    at(obj, ptr).and_then(Value::as_str).unwrap_or("")
 }
 
 pub fn finalizers(obj: &Value) -> Vec<String> {

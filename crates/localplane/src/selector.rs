@@ -96,7 +96,7 @@ impl LabelSelector {
         if self.0.is_empty() {
             return true;
         }
-        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        let labels = crate::meta::at(obj, "/metadata/labels").and_then(Value::as_object);
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {
             LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
@@ -155,11 +155,9 @@ impl FieldSelector {
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, eq, v)| {
             let field = match k.as_str() {
-                "metadata.name" => obj.pointer("/metadata/name"),
-                _ => obj.pointer("/metadata/namespace"),
-            }
-            .and_then(Value::as_str)
-            .unwrap_or("");
+                "metadata.name" => crate::meta::str_at(obj, "/metadata/name"),
+                _ => crate::meta::str_at(obj, "/metadata/namespace"),
+            };
             (field == v) == *eq
         })
     }
