@@ -73,6 +73,7 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
     )?;
     let world = World::start(&WorldOptions {
         root_cidr: args.root_cidr.clone(),
+        tls: true,
         ..Default::default()
     })
     .await
@@ -252,7 +253,7 @@ fn print_next_steps(out: &mut impl Write, cell: &Path, ipam: &Path) -> std::io::
     writeln!(
         out,
         "
-The controller keeps running. Try, in another terminal (any kubectl 1.33+):
+The controller keeps running. Try, in another terminal (kubectl 1.33+; `bash .ci/install-kubectl` puts one in .venv/bin):
 
   # the shards, and their addresses as the controller wrote them
   kubectl --kubeconfig {c} -n {SHARD_NAMESPACE} get egressshards -o custom-columns=NAME:.metadata.name,ADDRESS:.spec.shardAddressIPv6,HOLDER:.spec.shardAddressIPv6ClaimRef.name

@@ -62,6 +62,8 @@ pub struct WorldOptions {
     pub rbac: bool,
     /// The /40 filled into the root pool.
     pub root_cidr: String,
+    /// Serve over TLS (with a throwaway CA in the kubeconfigs): kubectl sends tokens only over TLS.
+    pub tls: bool,
 }
 
 impl Default for WorldOptions {
@@ -73,6 +75,7 @@ impl Default for WorldOptions {
             identities: vec![],
             rbac: false,
             root_cidr: ROOT_CIDR.to_string(),
+            tls: false,
         }
     }
 }
@@ -91,7 +94,12 @@ impl World {
         // Room for a 10,000-shard relist to resume instead of 410-ing.
         b = b.watch_history(100_000);
         let lp = b.build()?;
-        let mut running = lp.serve("127.0.0.1:0".parse()?).await?;
+        let addr = "127.0.0.1:0".parse()?;
+        let mut running = if opts.tls {
+            lp.serve_tls(addr).await?
+        } else {
+            lp.serve(addr).await?
+        };
         let dir = tempfile::Builder::new().prefix("egress-bench-").tempdir()?;
         running.set_kubeconfig_dir(dir.path().join("kubeconfig"));
         let cell_kubeconfig = running.kubeconfig_path("cell", CONTROLLER)?;
