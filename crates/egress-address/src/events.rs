@@ -1,18 +1,26 @@
 //! Events on shards (`events.k8s.io/v1`), without a storm: the same reason and message for the
 //! same shard is published again only after a long interval.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use egress_api::shard::EgressShard;
-use kube::Client;
-use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{EventType, Reporter};
+use kube::{Api, Client, Resource};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::ShardKey;
 use crate::leader::LeaderToken;
+use crate::metrics::Metrics;
 
 /// Event reasons.
 pub mod reason {
@@ -68,12 +76,84 @@ impl EventGate {
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Publishes events, only while this instance may write.
+/// Events waiting for the publisher at most; past this the oldest is dropped (and counted), so
+/// a slow or hung events API costs bounded memory and never holds up a reconcile.
+pub const OUTBOX_CAPACITY: usize = 8192;
+
+/// Events sent at once by the publisher.
+const PUBLISH_PARALLELISM: usize = 4;
+
+/// An admitted event waiting to be sent.
+struct Pending {
+    key: ShardKey,
+    type_: EventType,
+    reason: &'static str,
+    note: String,
+    regarding: ObjectReference,
+}
+
+struct Outbox {
+    queue: Mutex<VecDeque<Pending>>,
+    ready: Notify,
+}
+
+/// How long a published event can gain a repeat (`series`) rather than a new event.
+const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+
+/// What the same event (type, reason, object as read) is called, so a repeat inside
+/// [`SERIES_TTL`] patches its `series` instead of creating another event.
+type SeriesKey = (bool, &'static str, ObjectReferenceKey);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ObjectReferenceKey {
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+struct Published {
+    name: String,
+    count: i32,
+    last: Instant,
+}
+
+#[derive(Default)]
+struct SeriesCache {
+    entries: HashMap<SeriesKey, Published>,
+    pruned: Option<Instant>,
+}
+
+impl SeriesCache {
+    fn get(&mut self, key: &SeriesKey, now: Instant) -> Option<(String, i32)> {
+        // Expired entries are dropped in bulk at most every few seconds, not on every publish.
+        if self
+            .pruned
+            .is_none_or(|at| now.duration_since(at) > Duration::from_secs(10))
+        {
+            self.entries
+                .retain(|_, p| now.duration_since(p.last) < SERIES_TTL);
+            self.pruned = Some(now);
+        }
+        self.entries
+            .get(key)
+            .filter(|p| now.duration_since(p.last) < SERIES_TTL)
+            .map(|p| (p.name.clone(), p.count))
+    }
+}
+
+/// Publishes events, only while this instance may write. Reconciles only queue them; a
+/// background task ([`Notifier::run`]) sends them.
 #[derive(Clone)]
 pub struct Notifier {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
     gate: Arc<Mutex<EventGate>>,
+    outbox: Arc<Outbox>,
+    series: Arc<Mutex<SeriesCache>>,
+    capacity: usize,
     leader: LeaderToken,
+    metrics: Metrics,
     repeat_after: Duration,
 }
 
@@ -82,6 +162,7 @@ impl Notifier {
         client: Client,
         identity: &str,
         leader: LeaderToken,
+        metrics: Metrics,
         repeat_after: Duration,
     ) -> Self {
         let reporter = Reporter {
@@ -89,22 +170,37 @@ impl Notifier {
             instance: Some(identity.to_string()),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            reporter,
             gate: Arc::default(),
+            series: Arc::default(),
+            outbox: Arc::new(Outbox {
+                queue: Mutex::new(VecDeque::new()),
+                ready: Notify::new(),
+            }),
+            capacity: OUTBOX_CAPACITY,
             leader,
+            metrics,
             repeat_after,
         }
     }
 
-    pub async fn normal(&self, shard: &EgressShard, reason: &str, note: String) {
-        self.publish(shard, EventType::Normal, reason, note).await
+    /// The same notifier with room for `capacity` waiting events (at least 1).
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
     }
 
-    pub async fn warning(&self, shard: &EgressShard, reason: &str, note: String) {
-        self.publish(shard, EventType::Warning, reason, note).await
+    pub async fn normal(&self, shard: &EgressShard, reason: &'static str, note: String) {
+        self.publish(shard, EventType::Normal, reason, note)
     }
 
-    async fn publish(&self, shard: &EgressShard, type_: EventType, reason: &str, note: String) {
+    pub async fn warning(&self, shard: &EgressShard, reason: &'static str, note: String) {
+        self.publish(shard, EventType::Warning, reason, note)
+    }
+
+    /// Queues an event; never waits for the API.
+    fn publish(&self, shard: &EgressShard, type_: EventType, reason: &'static str, note: String) {
         if !self.leader.is_leader() {
             return;
         }
@@ -119,30 +215,209 @@ impl Notifier {
         if !admitted {
             return;
         }
-        let event = Event {
+        let pending = Pending {
+            key,
             type_,
-            reason: reason.to_string(),
-            note: Some(truncate(note, 1024)),
-            action: action_of(reason).to_string(),
-            secondary: None,
+            reason,
+            note: truncate(note, 1024),
+            regarding: shard.object_ref(&()),
         };
-        // An event is a courtesy to whoever reads the shard; failing to publish one must not
-        // fail (or, with a hung API, hold up) the reconcile that already did its work.
-        let published = tokio::time::timeout(
-            PUBLISH_TIMEOUT,
-            self.recorder.publish(&event, &shard.object_ref(&())),
-        )
+        let dropped = {
+            let mut queue = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let dropped = if queue.len() >= self.capacity {
+                queue.pop_front()
+            } else {
+                None
+            };
+            queue.push_back(pending);
+            dropped
+        };
+        self.outbox.ready.notify_one();
+        if let Some(old) = dropped {
+            self.metrics.event_dropped();
+            warn!(shard = %old.key, reason = old.reason, "too many events waiting; dropped the oldest");
+            self.retract(&old.key, old.reason);
+        }
+    }
+
+    /// Sends queued events until `stop`; then sends what is left, for at most `flush_for`.
+    pub async fn run(self, stop: CancellationToken, flush_for: Duration) {
+        let mut in_flight = JoinSet::new();
+        loop {
+            while in_flight.len() < PUBLISH_PARALLELISM {
+                match self.pop() {
+                    Some(pending) => {
+                        let this = self.clone();
+                        in_flight.spawn(async move { this.send(pending).await });
+                    }
+                    None => break,
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = self.outbox.ready.notified(), if in_flight.len() < PUBLISH_PARALLELISM => {}
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            }
+        }
+        let _ = tokio::time::timeout(flush_for, async {
+            while in_flight.join_next().await.is_some() {}
+            while let Some(pending) = self.pop() {
+                self.send(pending).await;
+            }
+        })
         .await;
+    }
+
+    /// Events waiting to be sent.
+    pub fn waiting(&self) -> usize {
+        self.outbox
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    fn pop(&self) -> Option<Pending> {
+        self.outbox
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    async fn send(&self, pending: Pending) {
+        // Losing the lease stops writes at once, queued events included.
+        if !self.leader.is_leader() {
+            self.retract(&pending.key, pending.reason);
+            return;
+        }
+        let namespace = pending.regarding.namespace.as_deref().unwrap_or("default");
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let r = &pending.regarding;
+        let series_key: SeriesKey = (
+            matches!(pending.type_, EventType::Warning),
+            pending.reason,
+            ObjectReferenceKey {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+                resource_version: r.resource_version.clone(),
+            },
+        );
+        let now = Instant::now();
+        let earlier = self
+            .series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&series_key, now);
+        // An event is a courtesy to whoever reads the shard; failing to publish one must not
+        // fail anything else.
+        let (name, count, published) = match earlier {
+            // The same event again: count it on the one already published.
+            Some((name, count)) => {
+                let patch = serde_json::json!({
+                    "series": {
+                        "count": count + 1,
+                        "lastObservedTime": MicroTime(Timestamp::now()),
+                    }
+                });
+                let sent = tokio::time::timeout(
+                    PUBLISH_TIMEOUT,
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await
+                .map(|r| r.map(|_| ()));
+                (name, count + 1, sent)
+            }
+            None => {
+                let event = self.render(&pending);
+                let name = event.metadata.name.clone().unwrap_or_default();
+                let sent = tokio::time::timeout(
+                    PUBLISH_TIMEOUT,
+                    api.create(&PostParams::default(), &event),
+                )
+                .await
+                .map(|r| r.map(|_| ()));
+                (name, 1, sent)
+            }
+        };
+        if let Ok(Ok(())) = published
+            // An assigned address is write-once: it is never repeated, so it needs no series.
+            && pending.reason != reason::ADDRESS_ASSIGNED
+        {
+            self.series
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entries
+                .insert(
+                    series_key,
+                    Published {
+                        name,
+                        count,
+                        last: now,
+                    },
+                );
+        }
         let failure = match published {
-            Ok(Ok(())) => return,
+            Ok(Ok(())) => {
+                // An assigned address is write-once: nothing more will be said about this
+                // shard's claim, so what the gate remembered about it is only weight.
+                if pending.reason == reason::ADDRESS_ASSIGNED {
+                    self.forget(&pending.key);
+                }
+                return;
+            }
             Ok(Err(err)) => err.to_string(),
             Err(_) => format!("no answer within {PUBLISH_TIMEOUT:?}"),
         };
-        warn!(shard = %key, reason, err = %failure, "could not publish an event on the shard");
+        warn!(shard = %pending.key, reason = pending.reason, err = %failure, "could not publish an event on the shard");
+        self.retract(&pending.key, pending.reason);
+    }
+
+    fn render(&self, pending: &Pending) -> K8sEvent {
+        let now = Timestamp::now();
+        let regarding = &pending.regarding;
+        K8sEvent {
+            action: Some(action_of(pending.reason).to_string()),
+            reason: Some(pending.reason.to_string()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            note: Some(pending.note.clone()),
+            metadata: ObjectMeta {
+                namespace: regarding.namespace.clone(),
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding
+                        .name
+                        .as_deref()
+                        .unwrap_or(&self.reporter.controller),
+                    now.as_nanosecond()
+                )),
+                ..Default::default()
+            },
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            type_: Some(
+                match pending.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_string(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn retract(&self, key: &ShardKey, reason: &str) {
         self.gate
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retract(&key, reason);
+            .retract(key, reason);
     }
 
     pub fn forget(&self, key: &ShardKey) {

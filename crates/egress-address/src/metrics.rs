@@ -100,6 +100,7 @@ pub struct Metrics {
     ipam_request_duration: HistogramFamily<VerbLabels>,
     leader: Gauge,
     drift: Family<DriftLabels, Counter>,
+    events_dropped: Counter,
 }
 
 impl Metrics {
@@ -138,6 +139,11 @@ impl Metrics {
             "Addressed shards whose recorded holder is gone or holds another address",
             m.drift.clone(),
         );
+        r.register(
+            "events_dropped",
+            "Events dropped unsent because too many were waiting for the events API",
+            m.events_dropped.clone(),
+        );
         m
     }
 
@@ -152,6 +158,7 @@ impl Metrics {
             ipam_request_duration: Family::new_with_constructor(seconds_histogram),
             leader: Gauge::default(),
             drift: Family::default(),
+            events_dropped: Counter::default(),
         };
         for state in ShardState::ALL {
             m.shards.get_or_create(&StateLabels { state }).set(0);
@@ -242,6 +249,14 @@ impl Metrics {
             .inc();
     }
 
+    pub fn event_dropped(&self) {
+        self.events_dropped.inc();
+    }
+
+    pub fn events_dropped_count(&self) -> u64 {
+        self.events_dropped.get()
+    }
+
     pub fn drift_count(&self, kind: &str) -> u64 {
         self.drift
             .get_or_create(&DriftLabels {
@@ -300,6 +315,7 @@ mod tests {
             "egress_address_leader 1",
             "egress_address_drift_total{kind=\"missing\"} 1",
             "egress_address_reconcile_duration_seconds_count 1",
+            "egress_address_events_dropped_total 0",
             "# EOF",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");

@@ -25,6 +25,9 @@ use crate::reconcile::{Context, Next, observed_state, reconcile};
 use crate::workqueue::WorkQueue;
 use crate::{Error, Settings, ShardKey, drift};
 
+/// How long a stopping controller keeps sending the events it had queued.
+const EVENT_FLUSH_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Readiness inputs shared between the tasks and the [`Handle`].
 pub struct Shared {
     synced: AtomicBool,
@@ -171,8 +174,11 @@ impl Controller {
             cell.clone(),
             &settings.identity,
             leader.clone(),
+            metrics.clone(),
             settings.event_repeat_interval,
         );
+        let stop_events = CancellationToken::new();
+        let publisher = tokio::spawn(notifier.clone().run(stop_events.clone(), EVENT_FLUSH_GRACE));
         let ipam = Ipam::new(ipam, metrics.clone())
             .with_timeout(settings.request_timeout)
             .with_auth_watch(shared.clone());
@@ -235,6 +241,9 @@ impl Controller {
         }
         background.abort_all();
         while background.join_next().await.is_some() {}
+        // Events already queued go out while this instance still holds the lease.
+        stop_events.cancel();
+        let _ = publisher.await;
         stop_lease.cancel();
         if let Some(elector) = elector {
             let _ = elector.await;
@@ -338,14 +347,18 @@ async fn watch_shards(
             watcher::Event::InitApply(shard) => {
                 let key = ShardKey::of(shard);
                 observe(&ctx, &key, shard);
-                listing.insert(key.clone());
-                queue.add(key);
+                // Queued at InitDone: until then the reflector keeps listed objects out of the
+                // store, and a reconcile would take the shard for gone and read it live.
+                listing.insert(key);
             }
             watcher::Event::InitDone => {
                 // A shard that vanished while the watch was down only shows as a missing entry.
                 for gone in known.difference(&listing) {
                     ctx.metrics.forget_shard(gone);
                     queue.add(gone.clone());
+                }
+                for key in &listing {
+                    queue.add(key.clone());
                 }
                 known = std::mem::take(&mut listing);
                 if !ctx.shared.synced.load(Ordering::SeqCst) {

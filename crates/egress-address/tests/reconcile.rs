@@ -64,11 +64,12 @@ async fn a_new_shard_costs_exactly_two_requests() {
     assert_eq!(annotations[ANNOTATION_SHARD_NAME], "worker-1");
     assert!(claim.metadata.owner_references.is_none());
 
-    let reasons = plane.event_reasons("worker-1").await;
-    assert!(
-        reasons.contains(&"AddressAssigned".to_string()),
-        "{reasons:?}"
-    );
+    // Events go out from a background publisher, just after the write.
+    eventually(10, "an AddressAssigned event", || async {
+        let r = plane.event_reasons("worker-1").await;
+        r.contains(&"AddressAssigned".to_string()).then_some(r)
+    })
+    .await;
     assert_eq!(ctl.metrics.claim_outcome_count("Bound"), 1);
     ctl.stop().await.unwrap();
 }
