@@ -500,13 +500,22 @@ impl Plane {
                 _ => {}
             }
         }
-        if st.store.get(&key, ns.unwrap_or(""), &name).is_some() {
+        // A hooked resource hears about a duplicate name first: the service it stands for
+        // answers a duplicate in its own words (Milo IPAM: 409 with cause ClaimExists). The
+        // generic check still runs after the hooks, and dropping the uncommitted txn undoes
+        // whatever they wrote.
+        let exists =
+            |store: &crate::store::Store| store.get(&key, ns.unwrap_or(""), &name).is_some();
+        if hooks.is_empty() && exists(&st.store) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         let mut txn = Txn::new(&mut st.store, &st.registry);
         for h in &hooks {
             h.before_create(&mut txn, caller, &key, &mut obj)
                 .map_err(ApiError::from)?;
+        }
+        if txn.get(&key, ns.unwrap_or(""), &name).is_some() {
+            return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         let stored = txn.write(&key, obj);
         if !opts.dry_run {

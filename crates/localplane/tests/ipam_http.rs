@@ -523,14 +523,17 @@ async fn refusals_are_in_ipams_wire_shape() {
     assert!(has_cause(&e, "Exhausted"));
     assert!(claims.get_opt("c").await.unwrap().is_none());
 
-    // A live duplicate is a 409 (the plane answers it before IPAM is consulted).
+    // A live duplicate is IPAM's own 409, with the ClaimExists cause, and changes nothing.
+    let before = claims.get("a").await.unwrap();
     let e = refusal(
         claims
             .create(&pp, &shard_claim("a", "dfw"))
             .await
             .unwrap_err(),
     );
-    assert_eq!(e.code, 409);
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(has_cause(&e, "ClaimExists"), "{e:?}");
+    assert_eq!(claims.get("a").await.unwrap(), before);
 }
 
 #[tokio::test(flavor = "multi_thread")]
