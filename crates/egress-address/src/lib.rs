@@ -64,12 +64,13 @@
 //! * **Metrics** (prefix `egress_address`): `shards{state=addressed|pending|refused|unattributable}`,
 //!   `claim_outcomes_total{outcome=Bound|Adopted|Unbound|Unusable|NameCollision|<IPAM reason>}`,
 //!   `reconcile_duration_seconds`, `ipam_requests_total{verb,resource,code}`,
-//!   `ipam_request_duration_seconds{verb,resource}`, `leader`, `drift_total{kind=missing|different}`.
+//!   `ipam_request_duration_seconds{verb,resource}`, `leader`, `drift_total{kind=missing|different}`,
+//!   `events_dropped_total` (events dropped unsent because too many were waiting).
 //! * **Events** on shards (`events.k8s.io/v1`, see [`events::reason`]): `AddressAssigned`
 //!   (Normal, names the address and holder), `ClaimPending` (Normal), `ClaimRefused` (Warning,
 //!   with IPAM's reason), `UnusableAnswer`, `ClaimNameCollision`, `AssignRefused`,
 //!   `AddressDrift` (Warning). A repeat of the same reason and message for a shard is held back
-//!   for `event_repeat_interval`.
+//!   for `event_repeat_interval`. Reconciles only queue events; a background task sends them.
 //! * **Leader election**: Lease `egress-address-controller.cloud.datumapis.com`; a renewal is one
 //!   PUT on the lease as last written; a 409 or any failed renewal stops writes at once, and a
 //!   missed renewal deadline stops them without any request. Shutdown releases the lease.
