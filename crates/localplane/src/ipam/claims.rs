@@ -548,10 +548,7 @@ pub fn update(_ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()
     let n: IPClaim = typed(new)?;
     let mut errs = Vec::new();
     let fixed = |field: &str| {
-        FieldError::forbidden(
-            &format!("spec.{field}"),
-            format!("spec.{field} is immutable: a claim binds its allocation once, at creation"),
-        )
+        FieldError::immutable(field, "a claim binds its allocation once, at creation")
     };
     if o.spec.class_name != n.spec.class_name {
         errs.push(fixed("className"));

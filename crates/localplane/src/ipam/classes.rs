@@ -304,12 +304,7 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPClass = typed(old)?;
     let n: IPClass = typed(new)?;
     let mut errs = Vec::new();
-    let fixed = |field: &str, why: &str| {
-        FieldError::forbidden(
-            &format!("spec.{field}"),
-            format!("spec.{field} is immutable: {why}"),
-        )
-    };
+    let fixed = FieldError::immutable;
     if o.spec.ip_family != n.spec.ip_family {
         errs.push(fixed(
             "ipFamily",

@@ -95,6 +95,13 @@ impl FieldError {
     pub fn not_supported(field: &str, detail: impl Into<String>) -> Self {
         Self::new(FieldErrorKind::NotSupported, field, detail)
     }
+    /// An update that changed `spec.<field>`, which is fixed at creation for the reason `why`.
+    pub fn immutable(field: &str, why: &str) -> Self {
+        Self::forbidden(
+            &format!("spec.{field}"),
+            format!("spec.{field} is immutable: {why}"),
+        )
+    }
     /// The `field: Label: detail` text apimachinery puts in the message and in the cause.
     fn render(&self) -> String {
         format!("{}: {}: {}", self.field, self.kind.label(), self.detail)

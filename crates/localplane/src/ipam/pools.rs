@@ -291,12 +291,7 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPPool = typed(old)?;
     let n: IPPool = typed(new)?;
     let mut errs = Vec::new();
-    let fixed = |field: &str, why: &str| {
-        FieldError::forbidden(
-            &format!("spec.{field}"),
-            format!("spec.{field} is immutable: {why}"),
-        )
-    };
+    let fixed = FieldError::immutable;
     if o.spec.cidr != n.spec.cidr {
         errs.push(fixed("cidr", "a pool's range is fixed when it is created"));
     }
