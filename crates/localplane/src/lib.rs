@@ -103,7 +103,7 @@ pub use error::ApiError;
 pub use faults::{FaultConfig, FaultRule, Faults};
 pub use hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
 pub use metrics::{Metrics, RequestCount, RequestKey};
-pub use plane::Plane;
+pub use plane::{Plane, Tally};
 pub use resources::{load_crd_dir, parse_crds};
 pub use server::PROJECT_PREFIX;
 pub use tls::TlsMaterial;

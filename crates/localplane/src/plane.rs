@@ -1,6 +1,7 @@
 //! One control plane (the cell, or one Milo project): its kinds, its store, its hooks, and the
 //! write semantics the apiserver applies to every request.
 
+use std::collections::HashSet;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -14,7 +15,8 @@ use crate::meta;
 use crate::resources::{Registry, ResourceDef};
 use crate::schema;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{ObjKey, Store, Txn, namespaces_key};
+use crate::store::{EventType, ObjKey, Store, Txn, WatchEvent, namespaces_key};
+use tokio::sync::broadcast;
 
 /// A control plane served by localplane. Cheap to clone; clones share the plane.
 #[derive(Clone)]
@@ -194,6 +196,42 @@ impl Plane {
             .range(res, namespace, None)
             .map(|(_, v)| (**v).clone())
             .collect()
+    }
+
+    /// How many objects of a kind there are (in one namespace, or all), and how many of them
+    /// `pred` accepts. Nothing is copied, but it scans under the read lock; to poll while the
+    /// plane is busy, use [`Plane::tally`].
+    pub fn count_where(
+        &self,
+        res: &ResourceKey,
+        namespace: Option<&str>,
+        pred: impl Fn(&Value) -> bool,
+    ) -> (usize, usize) {
+        self.read()
+            .store
+            .range(res, namespace, None)
+            .fold((0, 0), |(n, ok), (_, v)| (n + 1, ok + usize::from(pred(v))))
+    }
+
+    /// A live [`count_where`](Plane::count_where): scanned once, then kept current from the
+    /// plane's change stream, so polling it costs the plane nothing.
+    pub fn tally(
+        &self,
+        res: &ResourceKey,
+        namespace: Option<&str>,
+        pred: impl Fn(&Value) -> bool + Send + 'static,
+    ) -> Tally {
+        let mut t = Tally {
+            plane: self.clone(),
+            res: res.clone(),
+            namespace: namespace.map(str::to_string),
+            pred: Box::new(pred),
+            rx: None,
+            all: HashSet::new(),
+            matched: HashSet::new(),
+        };
+        t.rescan();
+        t
     }
 
     /// Creates or replaces an object as the admin would, through validation and hooks (for
@@ -938,4 +976,75 @@ fn key_of_arc(v: &Arc<Value>) -> ObjKey {
         meta::str_at(v, "/metadata/namespace").to_string(),
         meta::str_at(v, "/metadata/name").to_string(),
     )
+}
+
+/// Objects of one kind, and those a predicate accepts, counted from a plane's change stream
+/// (see [`Plane::tally`]).
+pub struct Tally {
+    plane: Plane,
+    res: ResourceKey,
+    namespace: Option<String>,
+    pred: Box<dyn Fn(&Value) -> bool + Send>,
+    rx: Option<broadcast::Receiver<Arc<WatchEvent>>>,
+    all: HashSet<ObjKey>,
+    matched: HashSet<ObjKey>,
+}
+
+impl Tally {
+    /// (objects, accepted objects) as of now.
+    pub fn counts(&mut self) -> (usize, usize) {
+        loop {
+            let Some(rx) = self.rx.as_mut() else {
+                break;
+            };
+            match rx.try_recv() {
+                Ok(e) => self.apply(&e),
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                // Changes were missed: only a fresh scan is exact again.
+                Err(broadcast::error::TryRecvError::Lagged(_)) => self.rescan(),
+                // The plane is gone; what was counted last stays.
+                Err(broadcast::error::TryRecvError::Closed) => self.rx = None,
+            }
+        }
+        (self.all.len(), self.matched.len())
+    }
+
+    fn apply(&mut self, e: &WatchEvent) {
+        if e.res != self.res {
+            return;
+        }
+        let key = (
+            meta::str_at(&e.obj, "/metadata/namespace").to_string(),
+            meta::str_at(&e.obj, "/metadata/name").to_string(),
+        );
+        if self.namespace.as_ref().is_some_and(|ns| *ns != key.0) {
+            return;
+        }
+        if e.etype == EventType::Deleted {
+            self.all.remove(&key);
+            self.matched.remove(&key);
+        } else if (self.pred)(&e.obj) {
+            self.all.insert(key.clone());
+            self.matched.insert(key);
+        } else {
+            self.matched.remove(&key);
+            self.all.insert(key);
+        }
+    }
+
+    /// Subscribes and scans under one read lock: writers commit (and announce) under the write
+    /// lock, so no change falls between the two.
+    fn rescan(&mut self) {
+        let plane = self.plane.clone();
+        let st = plane.read();
+        self.rx = Some(st.store.subscribe());
+        self.all.clear();
+        self.matched.clear();
+        for (key, v) in st.store.range(&self.res, self.namespace.as_deref(), None) {
+            if (self.pred)(v) {
+                self.matched.insert(key.clone());
+            }
+            self.all.insert(key.clone());
+        }
+    }
 }

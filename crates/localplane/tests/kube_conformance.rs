@@ -1036,3 +1036,37 @@ async fn discovery_openapi_and_tables() {
     assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn tallies_follow_writes_made_over_http() {
+    let lp = serve(builder().namespace("ns2")).await;
+    let client = lp.http_client("cell", ADMIN).unwrap();
+    let ns1: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
+    let ns2: Api<EgressShard> = Api::namespaced(client, "ns2");
+    let pp = PostParams::default();
+    ns1.create(&pp, &shard("before")).await.unwrap();
+    let key = localplane::ResourceKey::new("network.datumapis.com", "egressshards");
+    let has_sid = |v: &Value| v["spec"]["shardSID"].as_str().is_some_and(|s| !s.is_empty());
+    let mut tally = lp.cell().tally(&key, Some("ns1"), has_sid);
+    assert_eq!(tally.counts(), (1, 0), "what existed is counted at once");
+
+    let mut with_sid = shard("after");
+    with_sid.spec.shard_sid = "2001:db8::1".into();
+    ns1.create(&pp, &with_sid).await.unwrap();
+    ns2.create(&pp, &with_sid).await.unwrap();
+    assert_eq!(tally.counts(), (2, 1), "another namespace is not counted");
+
+    let mut before = ns1.get("before").await.unwrap();
+    before.spec.shard_sid = "2001:db8::2".into();
+    ns1.replace("before", &pp, &before).await.unwrap();
+    assert_eq!(tally.counts(), (2, 2), "an update that starts matching counts");
+    ns1.delete("after", &Default::default()).await.unwrap();
+    assert_eq!(tally.counts(), (1, 1), "a deleted object is not counted");
+    assert_eq!(
+        lp.cell().count_where(&key, Some("ns1"), has_sid),
+        tally.counts(),
+        "the live tally agrees with a scan"
+    );
+    assert_eq!(lp.cell().count_where(&key, None, has_sid), (2, 2));
+    lp.shutdown().await;
+}

@@ -156,9 +156,9 @@ impl World {
 
     /// Shards in `namespace` and how many carry an address.
     pub fn shard_progress(&self, namespace: &str) -> (usize, usize) {
-        let shards = self.lp.cell().objects(&shards_key(), Some(namespace));
-        let addressed = shards.iter().filter(|s| is_addressed(s)).count();
-        (shards.len(), addressed)
+        self.lp
+            .cell()
+            .count_where(&shards_key(), Some(namespace), is_addressed)
     }
 
     /// Waits until every shard in `namespace` is addressed; `None` on timeout.
