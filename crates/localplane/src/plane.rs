@@ -993,10 +993,7 @@ pub struct Tally {
 impl Tally {
     /// (objects, accepted objects) as of now.
     pub fn counts(&mut self) -> (usize, usize) {
-        loop {
-            let Some(rx) = self.rx.as_mut() else {
-                break;
-            };
+        while let Some(rx) = self.rx.as_mut() {
             match rx.try_recv() {
                 Ok(e) => self.apply(&e),
                 Err(broadcast::error::TryRecvError::Empty) => break,
