@@ -244,6 +244,18 @@ async fn names_at_the_limit_get_a_hashed_claim_and_longer_ones_never_exist() {
     let a = &claim["metadata"]["annotations"];
     assert_eq!(a["cloud.datumapis.com/egress-shard-name"], json!(long));
     assert_eq!(a["cloud.datumapis.com/egress-shard-namespace"], json!(NS));
+    // The event's name is cut to fit, so even this shard's assignment is on record.
+    let (_, note) = eventually(
+        10,
+        "an AddressAssigned event on the long-named shard",
+        || {
+            events(&world, &long)
+                .into_iter()
+                .find(|(r, _)| r == "AddressAssigned")
+        },
+    )
+    .await;
+    assert!(note.contains(&claim_name), "{note}");
     ctl.check_alive().unwrap();
     ctl.stop(Duration::from_secs(5)).await;
 }

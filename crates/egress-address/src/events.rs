@@ -83,8 +83,17 @@ pub const OUTBOX_CAPACITY: usize = 8192;
 /// Events sent at once by the publisher.
 const PUBLISH_PARALLELISM: usize = 4;
 
+/// While shards wait to be addressed, events wait too, for at most this long: an address is what
+/// the datapath is waiting for, an event is read by a person later. Past it, or with the outbox
+/// half full, they go out anyway.
+pub const MAX_HOLD: Duration = Duration::from_secs(30);
+
+/// How often held events look again whether the reconciles are done.
+const HOLD_POLL: Duration = Duration::from_millis(50);
+
 /// An admitted event waiting to be sent.
 struct Pending {
+    queued_at: Instant,
     key: ShardKey,
     type_: EventType,
     reason: &'static str,
@@ -216,6 +225,7 @@ impl Notifier {
             return;
         }
         let pending = Pending {
+            queued_at: Instant::now(),
             key,
             type_,
             reason,
@@ -241,10 +251,19 @@ impl Notifier {
     }
 
     /// Sends queued events until `stop`; then sends what is left, for at most `flush_for`.
-    pub async fn run(self, stop: CancellationToken, flush_for: Duration) {
+    /// While `busy()` says address work is pending, events are held (see [`MAX_HOLD`]).
+    pub async fn run(
+        self,
+        stop: CancellationToken,
+        flush_for: Duration,
+        busy: impl Fn() -> bool + Send,
+    ) {
         let mut in_flight = JoinSet::new();
         loop {
-            while in_flight.len() < PUBLISH_PARALLELISM {
+            let (waiting, oldest_wait) = self.backlog(Instant::now());
+            let hold = hold_events(busy(), waiting, self.capacity, oldest_wait);
+            let room = if hold { 0 } else { PUBLISH_PARALLELISM };
+            while in_flight.len() < room {
                 match self.pop() {
                     Some(pending) => {
                         let this = self.clone();
@@ -257,6 +276,7 @@ impl Notifier {
                 _ = stop.cancelled() => break,
                 _ = self.outbox.ready.notified(), if in_flight.len() < PUBLISH_PARALLELISM => {}
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                _ = tokio::time::sleep(HOLD_POLL), if hold => {}
             }
         }
         let _ = tokio::time::timeout(flush_for, async {
@@ -266,6 +286,13 @@ impl Notifier {
             }
         })
         .await;
+    }
+
+    /// Events waiting, and how long the oldest has waited.
+    fn backlog(&self, now: Instant) -> (usize, Option<Duration>) {
+        let queue = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = queue.front().map(|p| now.duration_since(p.queued_at));
+        (queue.len(), oldest)
     }
 
     /// Events waiting to be sent.
@@ -385,13 +412,12 @@ impl Notifier {
             note: Some(pending.note.clone()),
             metadata: ObjectMeta {
                 namespace: regarding.namespace.clone(),
-                name: Some(format!(
-                    "{}.{:x}",
+                name: Some(event_name(
                     regarding
                         .name
                         .as_deref()
                         .unwrap_or(&self.reporter.controller),
-                    now.as_nanosecond()
+                    now.as_nanosecond(),
                 )),
                 ..Default::default()
             },
@@ -426,6 +452,28 @@ impl Notifier {
             .unwrap_or_else(|e| e.into_inner())
             .forget(key);
     }
+}
+
+/// `<object>.<nanoseconds in hex>`, as Kubernetes names events, with the object's part cut so the
+/// whole stays a valid name (253 characters) for objects named at the limit.
+pub fn event_name(object: &str, nanos: i128) -> String {
+    let suffix = format!("{:x}", nanos.max(0));
+    let room = 253 - 1 - suffix.len();
+    let mut prefix = &object[..object.len().min(room)];
+    // A cut name must still end a DNS label with a letter or digit.
+    prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{prefix}.{suffix}")
+}
+
+/// Whether queued events wait for the reconciles: only while address work is pending, for at
+/// most [`MAX_HOLD`], and never past half the outbox (holding on would start dropping them).
+pub fn hold_events(
+    busy: bool,
+    waiting: usize,
+    capacity: usize,
+    oldest_wait: Option<Duration>,
+) -> bool {
+    busy && waiting * 2 < capacity && oldest_wait.is_some_and(|w| w < MAX_HOLD)
 }
 
 fn action_of(reason: &str) -> &'static str {
@@ -485,6 +533,40 @@ mod tests {
         assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
         gate.retract(&a, "ClaimRefused");
         assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
+    }
+
+    #[test]
+    fn event_names_stay_valid_for_names_at_the_limit() {
+        let nanos = 0x1874_2b3c_5d6e_7f80_i128;
+        assert_eq!(event_name("shard-1", nanos), "shard-1.18742b3c5d6e7f80");
+        let label = "a".repeat(62);
+        let longest = format!("{label}.{label}.{label}.{label}.b");
+        assert_eq!(longest.len(), 253);
+        let name = event_name(&longest, nanos);
+        assert_eq!(name.len(), 253, "{name}");
+        assert!(name.ends_with(".18742b3c5d6e7f80"));
+        // A cut that lands on a separator drops it rather than leave an empty label.
+        let dotted = format!("{}.{}", "a".repeat(235), "b".repeat(17));
+        let name = event_name(&dotted, nanos);
+        assert_eq!(name, format!("{}.18742b3c5d6e7f80", "a".repeat(235)));
+        assert!(!name.contains(".."));
+    }
+
+    #[test]
+    fn events_wait_for_busy_reconciles_within_bounds() {
+        let young = Some(Duration::from_secs(1));
+        assert!(hold_events(true, 10, 100, young), "held while busy");
+        assert!(!hold_events(false, 10, 100, young), "sent once idle");
+        assert!(!hold_events(true, 0, 100, None), "nothing to hold");
+        assert!(
+            !hold_events(true, 50, 100, young),
+            "a half-full outbox is sent rather than dropped"
+        );
+        assert!(hold_events(true, 49, 100, young));
+        assert!(
+            !hold_events(true, 10, 100, Some(MAX_HOLD)),
+            "no event waits longer than MAX_HOLD"
+        );
     }
 
     #[test]

@@ -70,7 +70,8 @@
 //!   (Normal, names the address and holder), `ClaimPending` (Normal), `ClaimRefused` (Warning,
 //!   with IPAM's reason), `UnusableAnswer`, `ClaimNameCollision`, `AssignRefused`,
 //!   `AddressDrift` (Warning). A repeat of the same reason and message for a shard is held back
-//!   for `event_repeat_interval`. Reconciles only queue events; a background task sends them.
+//!   for `event_repeat_interval`. Reconciles only queue events; a background task sends them,
+//!   holding them while shards wait to be reconciled (see [`events::MAX_HOLD`]).
 //! * **Leader election**: Lease `egress-address-controller.cloud.datumapis.com`; a renewal is one
 //!   PUT on the lease as last written; a 409 or any failed renewal stops writes at once, and a
 //!   missed renewal deadline stops them without any request. Shutdown releases the lease.

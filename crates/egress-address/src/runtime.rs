@@ -177,12 +177,19 @@ impl Controller {
             metrics.clone(),
             settings.event_repeat_interval,
         );
+        let queue = Arc::new(WorkQueue::<ShardKey>::new(settings.backoff));
         let stop_events = CancellationToken::new();
-        let publisher = tokio::spawn(notifier.clone().run(stop_events.clone(), EVENT_FLUSH_GRACE));
+        let publisher = tokio::spawn(notifier.clone().run(
+            stop_events.clone(),
+            EVENT_FLUSH_GRACE,
+            {
+                let queue = queue.clone();
+                move || queue.is_busy()
+            },
+        ));
         let ipam = Ipam::new(ipam, metrics.clone())
             .with_timeout(settings.request_timeout)
             .with_auth_watch(shared.clone());
-        let queue = Arc::new(WorkQueue::<ShardKey>::new(settings.backoff));
         let ctx = Arc::new(Context::new(
             settings.clone(),
             cell.clone(),

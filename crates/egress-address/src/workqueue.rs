@@ -163,6 +163,12 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         self.notify.notify_waiters();
     }
 
+    /// Whether any key is ready now or being processed (scheduled ones do not count).
+    pub fn is_busy(&self) -> bool {
+        let st = self.lock();
+        !st.ready.is_empty() || !st.active.is_empty()
+    }
+
     /// Keys ready now, scheduled, and being processed.
     pub fn counts(&self) -> (usize, usize, usize) {
         let st = self.lock();

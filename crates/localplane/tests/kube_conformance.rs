@@ -1046,7 +1046,11 @@ async fn tallies_follow_writes_made_over_http() {
     let pp = PostParams::default();
     ns1.create(&pp, &shard("before")).await.unwrap();
     let key = localplane::ResourceKey::new("network.datumapis.com", "egressshards");
-    let has_sid = |v: &Value| v["spec"]["shardSID"].as_str().is_some_and(|s| !s.is_empty());
+    let has_sid = |v: &Value| {
+        v["spec"]["shardSID"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    };
     let mut tally = lp.cell().tally(&key, Some("ns1"), has_sid);
     assert_eq!(tally.counts(), (1, 0), "what existed is counted at once");
 
@@ -1059,7 +1063,11 @@ async fn tallies_follow_writes_made_over_http() {
     let mut before = ns1.get("before").await.unwrap();
     before.spec.shard_sid = "2001:db8::2".into();
     ns1.replace("before", &pp, &before).await.unwrap();
-    assert_eq!(tally.counts(), (2, 2), "an update that starts matching counts");
+    assert_eq!(
+        tally.counts(),
+        (2, 2),
+        "an update that starts matching counts"
+    );
     ns1.delete("after", &Default::default()).await.unwrap();
     assert_eq!(tally.counts(), (1, 1), "a deleted object is not counted");
     assert_eq!(

@@ -392,6 +392,18 @@ impl Controller {
             .map(|kb| kb * 1024)
     }
 
+    /// CPU time the process has used so far, user and system, all threads.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        // The command name (field 2) may hold spaces; the fields after it are plain numbers.
+        let rest = &s[s.rfind(')')? + 2..];
+        let mut fields = rest.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        // /proc reports in USER_HZ, which Linux fixes at 100 for user space.
+        Some(Duration::from_millis((utime + stime) * 10))
+    }
+
     /// SIGKILL: no chance to finish anything.
     pub async fn kill(mut self) {
         let _ = self.child.kill().await;

@@ -7,14 +7,14 @@ pub mod harness;
 mod ideal;
 mod report;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::Args;
 
-use harness::{ControllerSpec, World, WorldOptions, is_event, is_lease, is_write};
-pub use report::{IdleMeasurement, Measurement, RestartMeasurement};
+use harness::{Controller, ControllerSpec, World, WorldOptions, is_event, is_lease, is_write};
+pub use report::{BenchReport, IdleMeasurement, Measurement, RestartMeasurement, Run};
 
 const BENCH_NAMESPACE: &str = "bench";
 
@@ -37,6 +37,9 @@ pub struct BenchArgs {
         env = "BENCH_CONCURRENCY"
     )]
     pub concurrency: Vec<usize>,
+    /// Ideal and controller runs per (shards, concurrency); walls are reported as medians.
+    #[arg(long, default_value_t = 3, env = "BENCH_REPEAT")]
+    pub repeat: usize,
     /// How long to count requests with everything addressed (0 skips the idle measurement).
     #[arg(long, default_value_t = 60, env = "BENCH_IDLE_SECONDS")]
     pub idle_seconds: u64,
@@ -60,119 +63,197 @@ pub struct BenchArgs {
 /// Runs the matrix and prints the markdown report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let bin = harness::controller_for_cli(args.controller_bin.as_deref())?;
+    let report = measure(&args, &bin).await?;
+    let md = report.markdown();
+    println!("{md}");
+    if let Some(p) = &args.output {
+        std::fs::write(p, &md)?;
+    }
+    Ok(())
+}
+
+/// Runs the matrix with the controller binary `bin`: for every (shards, concurrency), `repeat`
+/// pairs of an ideal run and a controller run, then idle and restart after the last one.
+pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport> {
     if args.shards.is_empty() || args.concurrency.is_empty() {
         bail!("--shards and --concurrency need at least one value each");
     }
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
     let timeout = Duration::from_secs(args.run_timeout_seconds);
-    let mut runs = vec![];
-    let mut idle = None;
-    let mut restart = None;
-    let last = (args.shards.len() - 1, args.concurrency.len() - 1);
-    for (si, &n) in args.shards.iter().enumerate() {
-        for (ci, &c) in args.concurrency.iter().enumerate() {
-            eprintln!("bench: {n} shards at concurrency {c}");
-            let ideal_wall = {
-                let w = World::start(&WorldOptions::default()).await?;
-                w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
-                w.lp.metrics().reset();
-                let wall = ideal::run(&w, BENCH_NAMESPACE, c).await?;
-                let ideal_requests = w.lp.metrics().total();
-                if ideal_requests != 2 * n as u64 {
-                    bail!("the ideal client made {ideal_requests} requests for {n} shards");
-                }
-                w.lp.shutdown().await;
-                wall
-            };
-            let w = World::start(&WorldOptions::default()).await?;
-            w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
-            let spec = ControllerSpec {
-                bin: bin.clone(),
-                name: format!("bench-{n}-{c}"),
-                concurrency: c,
-                leader_elect: true,
-                cell_kubeconfig: w.cell_kubeconfig.clone(),
-                ipam_kubeconfig: w.ipam_kubeconfig.clone(),
-                log_dir: w.dir.path().join("logs"),
-                extra_args: vec![],
-            };
-            // Polled every 25 ms while the controller works: a scan of the store each time
-            // would take CPU and the store's lock from the server being measured.
-            let mut progress = w.lp.cell().tally(
-                &harness::shards_key(),
-                Some(BENCH_NAMESPACE),
-                harness::is_addressed,
+    let mut report = BenchReport::default();
+    let configs: Vec<(usize, usize)> = args
+        .shards
+        .iter()
+        .flat_map(|&n| args.concurrency.iter().map(move |&c| (n, c)))
+        .collect();
+    for (i, &(n, c)) in configs.iter().enumerate() {
+        eprintln!("bench: {n} shards at concurrency {c}");
+        let mut runs = vec![];
+        let mut ideal_walls = vec![];
+        for rep in 1..=args.repeat {
+            // Ideal and controller runs alternate, so a slow spell of the machine hits both.
+            ideal_walls.push(ideal_run(n, c).await?);
+            let (run, w, mut ctl, spec) = controller_run(bin, n, c, rep, timeout).await?;
+            eprintln!(
+                "bench: run {rep}/{}: controller {:.2} s, ideal {:.2} s",
+                args.repeat,
+                run.wall.as_secs_f64(),
+                ideal_walls.last().map_or(0.0, Duration::as_secs_f64),
             );
-            w.lp.metrics().reset();
-            let mut ctl = spec.spawn()?;
-            let started = Instant::now();
-            let mut ready = None;
-            let wall = loop {
-                let (total, done) = progress.counts();
-                if total == done {
-                    break started.elapsed();
-                }
-                ctl.check_alive()?;
-                if ready.is_none() && ctl.is_ready().await {
-                    ready = Some(started.elapsed());
-                }
-                if started.elapsed() > timeout {
-                    bail!(
-                        "{done} of {total} shards addressed after {timeout:?}:\n{}",
-                        harness::log_tail(&ctl.log, 30)
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            };
-            // Let in-flight side traffic (events) land before the counters are read.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let m = Measurement::collect(&w, n, c, wall, ideal_wall, ready, ctl.peak_rss());
-            eprintln!("bench: {}", m.summary());
-            runs.push(m);
-            if (si, ci) == last {
-                if args.idle_seconds > 0 {
-                    eprintln!("bench: idle for {}s", args.idle_seconds);
-                    w.lp.metrics().reset();
-                    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
-                    ctl.check_alive()?;
-                    idle = Some(IdleMeasurement::collect(&w, n, args.idle_seconds));
-                }
+            runs.push(run);
+            if i + 1 == configs.len() && rep == args.repeat {
+                report.idle = idle_after(args, &w, &mut ctl, n).await?;
+                ctl.stop(Duration::from_secs(10)).await;
                 if !args.no_restart {
-                    eprintln!("bench: restart with {n} addressed shards");
-                    ctl.stop(Duration::from_secs(10)).await;
-                    w.lp.metrics().reset();
-                    let mut fresh = ControllerSpec {
-                        name: format!("bench-{n}-{c}-restarted"),
-                        ..spec.clone()
-                    }
-                    .spawn()?;
-                    // The old leader released its lease on SIGTERM, or the new one waits it out:
-                    // both are part of what an operator sees.
-                    let to_ready = fresh.wait_ready(timeout).await?;
-                    tokio::time::sleep(Duration::from_secs(args.restart_watch_seconds)).await;
-                    fresh.check_alive()?;
-                    restart = Some(RestartMeasurement::collect(
-                        &w,
-                        n,
-                        to_ready,
-                        args.restart_watch_seconds,
-                        fresh.peak_rss(),
-                    ));
-                    fresh.stop(Duration::from_secs(10)).await;
-                } else {
-                    ctl.stop(Duration::from_secs(10)).await;
+                    report.restart = Some(restart_after(args, &w, &spec, n, timeout).await?);
                 }
             } else {
                 ctl.stop(Duration::from_secs(10)).await;
             }
             w.lp.shutdown().await;
         }
+        let m = Measurement::combine(runs, ideal_walls);
+        eprintln!("bench: {}", m.summary());
+        report.runs.push(m);
     }
-    let md = report::markdown(&runs, idle.as_ref(), restart.as_ref());
-    println!("{md}");
-    if let Some(p) = &args.output {
-        std::fs::write(p, &md)?;
+    Ok(report)
+}
+
+/// The ideal client over N fresh shards in a localplane of its own; its wall time.
+async fn ideal_run(n: usize, c: usize) -> anyhow::Result<Duration> {
+    let w = World::start(&WorldOptions::default()).await?;
+    w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
+    w.lp.metrics().reset();
+    let wall = ideal::run(&w, BENCH_NAMESPACE, c).await?;
+    let ideal_requests = w.lp.metrics().total();
+    if ideal_requests != 2 * n as u64 {
+        bail!("the ideal client made {ideal_requests} requests for {n} shards");
     }
-    Ok(())
+    w.lp.shutdown().await;
+    Ok(wall)
+}
+
+/// The controller over N fresh shards, until every one is addressed and its events have landed.
+/// The world and the controller are handed back still running.
+async fn controller_run(
+    bin: &Path,
+    n: usize,
+    c: usize,
+    rep: usize,
+    timeout: Duration,
+) -> anyhow::Result<(Run, World, Controller, ControllerSpec)> {
+    let w = World::start(&WorldOptions::default()).await?;
+    w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
+    let spec = ControllerSpec {
+        bin: bin.to_path_buf(),
+        name: format!("bench-{n}-{c}-{rep}"),
+        concurrency: c,
+        leader_elect: true,
+        cell_kubeconfig: w.cell_kubeconfig.clone(),
+        ipam_kubeconfig: w.ipam_kubeconfig.clone(),
+        log_dir: w.dir.path().join("logs"),
+        extra_args: vec![],
+    };
+    // Polled every 25 ms while the controller works: a scan of the store each time would take
+    // CPU and the store's lock from the server being measured.
+    let mut progress = w.lp.cell().tally(
+        &harness::shards_key(),
+        Some(BENCH_NAMESPACE),
+        harness::is_addressed,
+    );
+    w.lp.metrics().reset();
+    let mut ctl = spec.spawn()?;
+    let started = Instant::now();
+    let mut ready = None;
+    let wall = loop {
+        let (total, done) = progress.counts();
+        if total == done {
+            break started.elapsed();
+        }
+        ctl.check_alive()?;
+        if ready.is_none() && ctl.is_ready().await {
+            ready = Some(started.elapsed());
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "{done} of {total} shards addressed after {timeout:?}:\n{}",
+                harness::log_tail(&ctl.log, 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let cpu_at_wall = ctl.cpu_time();
+    // Events are sent beside (or after) the addresses: the run is over when no event has
+    // landed for a while.
+    let mut events = w.lp.metrics().count(is_event);
+    let mut events_done = wall;
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < EVENTS_QUIET && started.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let now = w.lp.metrics().count(is_event);
+        if now != events {
+            events = now;
+            events_done = started.elapsed();
+            quiet_since = Instant::now();
+        }
+    }
+    let run = Run::collect(
+        &w,
+        n,
+        c,
+        wall,
+        events_done,
+        ready,
+        cpu_at_wall,
+        ctl.peak_rss(),
+    );
+    Ok((run, w, ctl, spec))
+}
+
+/// How long no event may land before a run's events count as all sent.
+const EVENTS_QUIET: Duration = Duration::from_secs(1);
+
+async fn idle_after(
+    args: &BenchArgs,
+    w: &World,
+    ctl: &mut Controller,
+    n: usize,
+) -> anyhow::Result<Option<IdleMeasurement>> {
+    if args.idle_seconds == 0 {
+        return Ok(None);
+    }
+    eprintln!("bench: idle for {}s", args.idle_seconds);
+    w.lp.metrics().reset();
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    ctl.check_alive()?;
+    Ok(Some(IdleMeasurement::collect(w, n, args.idle_seconds)))
+}
+
+async fn restart_after(
+    args: &BenchArgs,
+    w: &World,
+    spec: &ControllerSpec,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<RestartMeasurement> {
+    eprintln!("bench: restart with {n} addressed shards");
+    w.lp.metrics().reset();
+    let mut fresh = ControllerSpec {
+        name: format!("{}-restarted", spec.name),
+        ..spec.clone()
+    }
+    .spawn()?;
+    // The old leader released its lease on SIGTERM, or the new one waits it out: both are
+    // part of what an operator sees.
+    let to_ready = fresh.wait_ready(timeout).await?;
+    tokio::time::sleep(Duration::from_secs(args.restart_watch_seconds)).await;
+    fresh.check_alive()?;
+    let m =
+        RestartMeasurement::collect(w, n, to_ready, args.restart_watch_seconds, fresh.peak_rss());
+    fresh.stop(Duration::from_secs(10)).await;
+    Ok(m)
 }
 
 /// Non-lease, non-event requests: the traffic that addressing shards costs.

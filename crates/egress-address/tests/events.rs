@@ -1,0 +1,91 @@
+//! The event publisher against localplane over HTTP: events give way to address work.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use egress_address::Metrics;
+use egress_address::events::{Notifier, reason};
+use egress_address::leader::LeaderToken;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn events_wait_while_shards_are_being_addressed() {
+    let plane = Plane::start().await;
+    let shard = plane.create_shard("busy-1").await;
+    let notifier = Notifier::new(
+        plane.cell(),
+        "test-instance",
+        LeaderToken::always(),
+        Metrics::unregistered(),
+        Duration::from_secs(3600),
+    );
+    let busy = Arc::new(AtomicBool::new(true));
+    let stop = CancellationToken::new();
+    let publisher = tokio::spawn(notifier.clone().run(stop.clone(), Duration::from_secs(1), {
+        let busy = busy.clone();
+        move || busy.load(Ordering::SeqCst)
+    }));
+    notifier
+        .normal(
+            &shard,
+            reason::ADDRESS_ASSIGNED,
+            "Assigned 2001:db8::1".into(),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        plane.event_reasons("busy-1").await.is_empty(),
+        "an event goes out while reconciles are busy"
+    );
+    assert_eq!(notifier.waiting(), 1, "the held event is kept");
+
+    busy.store(false, Ordering::SeqCst);
+    let reasons = eventually(5, "the held event sent once idle", || async {
+        let r = plane.event_reasons("busy-1").await;
+        (!r.is_empty()).then_some(r)
+    })
+    .await;
+    assert_eq!(reasons, [reason::ADDRESS_ASSIGNED]);
+    assert_eq!(notifier.waiting(), 0);
+    stop.cancel();
+    publisher.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stopping_publisher_flushes_what_it_held() {
+    let plane = Plane::start().await;
+    let shard = plane.create_shard("busy-2").await;
+    let notifier = Notifier::new(
+        plane.cell(),
+        "test-instance",
+        LeaderToken::always(),
+        Metrics::unregistered(),
+        Duration::from_secs(3600),
+    );
+    let stop = CancellationToken::new();
+    let publisher = tokio::spawn(notifier.clone().run(
+        stop.clone(),
+        Duration::from_secs(2),
+        || true,
+    ));
+    notifier
+        .normal(
+            &shard,
+            reason::ADDRESS_ASSIGNED,
+            "Assigned 2001:db8::2".into(),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(plane.event_reasons("busy-2").await.is_empty());
+    stop.cancel();
+    publisher.await.unwrap();
+    assert_eq!(
+        plane.event_reasons("busy-2").await,
+        [reason::ADDRESS_ASSIGNED],
+        "shutdown sends held events while the lease is still held"
+    );
+}
