@@ -76,5 +76,7 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // The in-process controller logs from its tasks; a closed stderr must not panic them.
+        .log_internal_errors(false)
         .try_init();
 }

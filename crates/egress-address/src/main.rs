@@ -38,9 +38,13 @@ fn main() -> ExitCode {
 
 fn init_tracing(args: &Args) {
     let filter = EnvFilter::try_new(&args.log.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    // A log line that cannot be written is lost, nothing more: the subscriber's own report of
+    // the failure goes to stderr too, and with stderr a closed pipe that report panics the task
+    // that logged (a reconcile, or the shutdown handler).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match args.log.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Plain => builder.init(),

@@ -145,6 +145,16 @@ impl Proc {
     }
 
     fn start_with(plane: &Plane, identity_env: &str, env: &[(&str, &str)]) -> Proc {
+        Self::start_logging_to(plane, identity_env, env, None)
+    }
+
+    /// `stderr`: where the logs go instead of the test's file.
+    fn start_logging_to(
+        plane: &Plane,
+        identity_env: &str,
+        env: &[(&str, &str)],
+        stderr: Option<Stdio>,
+    ) -> Proc {
         let cell = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
         // Milo's grant kubeconfig names the base URL; the controller appends the project path.
         let ipam = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
@@ -177,7 +187,7 @@ impl Proc {
         }
         // A file, not a pipe: nobody drains a pipe while the test runs, and a full one blocks.
         let log = plane.dir.path().join(format!("{identity_env}.log"));
-        c.stderr(std::fs::File::create(&log).unwrap())
+        c.stderr(stderr.unwrap_or_else(|| std::fs::File::create(&log).unwrap().into()))
             .stdout(Stdio::null());
         Proc {
             child: c.spawn().unwrap(),
@@ -341,4 +351,20 @@ async fn leader_election_can_be_turned_off_from_the_environment() {
     );
     p.sigterm();
     assert_eq!(p.wait_exit(10).await.0, Some(0));
+}
+
+#[tokio::test]
+async fn a_closed_log_pipe_neither_stops_the_work_nor_the_shutdown() {
+    let plane = Plane::start().await;
+    let mut p = Proc::start_logging_to(&plane, "piped", &[], Some(Stdio::piped()));
+    let pipe = p.child.stderr.take().expect("stderr is piped");
+    wait_ready(&p).await;
+    // Whoever read the logs is gone (a restarted log shipper, a closed terminal): every later
+    // log line fails to write.
+    drop(pipe);
+    plane.create_shard("after-the-pipe").await;
+    addressed(&plane, "after-the-pipe").await;
+    p.sigterm();
+    let (code, _) = p.wait_exit(10).await;
+    assert_eq!(code, Some(0), "SIGTERM still stops the controller cleanly");
 }

@@ -63,6 +63,8 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // An unwritable log (a closed pipe) must not panic the task that logged.
+        .log_internal_errors(false)
         .init();
     let args = Args::parse();
     anyhow::ensure!(
