@@ -40,9 +40,14 @@ pub fn name_suffix() -> String {
 }
 
 fn is_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shaped(s)
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?` of any length: the apiserver caps a subdomain as a whole (253),
+/// not each of its dot-separated parts.
+fn is_label_shaped(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
@@ -70,7 +75,7 @@ pub fn validate_name(name: &str, label_only: bool) -> Vec<FieldError> {
         errs.push(FieldError::invalid("metadata.name", &v, LABEL_MSG));
         return errs;
     }
-    let ok = name.len() <= 253 && name.split('.').all(is_label);
+    let ok = name.len() <= 253 && name.split('.').all(is_label_shaped);
     if ok {
         return vec![];
     }
@@ -166,4 +171,28 @@ pub fn same_content(old: &Value, new: &Value) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subdomain_names_are_capped_as_a_whole_not_per_part() {
+        let long_part = "a".repeat(100);
+        assert!(validate_name(&long_part, false).is_empty());
+        assert!(validate_name(&format!("{long_part}.b"), false).is_empty());
+        assert!(!validate_name(&"a".repeat(254), false).is_empty());
+        for bad in ["", "A", "-a", "a-", "a..b", ".a", "a.", "a_b"] {
+            assert!(!validate_name(bad, false).is_empty(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn namespace_names_are_labels_of_at_most_63() {
+        assert!(validate_name(&"a".repeat(63), true).is_empty());
+        let errs = validate_name(&"a".repeat(64), true);
+        assert!(!errs.is_empty());
+        assert!(!validate_name("a.b", true).is_empty());
+    }
 }
