@@ -101,6 +101,7 @@ pub struct Metrics {
     leader: Gauge,
     drift: Family<DriftLabels, Counter>,
     events_dropped: Counter,
+    reconcile_panics: Counter,
 }
 
 impl Metrics {
@@ -144,6 +145,11 @@ impl Metrics {
             "Events dropped unsent because too many were waiting for the events API",
             m.events_dropped.clone(),
         );
+        r.register(
+            "reconcile_panics",
+            "Reconciles that panicked (a bug: report it); the shard is retried after its backoff",
+            m.reconcile_panics.clone(),
+        );
         m
     }
 
@@ -159,6 +165,7 @@ impl Metrics {
             leader: Gauge::default(),
             drift: Family::default(),
             events_dropped: Counter::default(),
+            reconcile_panics: Counter::default(),
         };
         for state in ShardState::ALL {
             m.shards.get_or_create(&StateLabels { state }).set(0);
@@ -183,6 +190,14 @@ impl Metrics {
         if let Some(old) = states.remove(key) {
             self.shards.get_or_create(&StateLabels { state: old }).dec();
         }
+    }
+
+    pub fn reconcile_panicked(&self) {
+        self.reconcile_panics.inc();
+    }
+
+    pub fn reconcile_panics(&self) -> u64 {
+        self.reconcile_panics.get()
     }
 
     pub fn shard_state(&self, key: &ShardKey) -> Option<ShardState> {

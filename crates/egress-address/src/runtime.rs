@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use egress_api::shard::EgressShard;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -288,7 +288,16 @@ async fn worker(ctx: Arc<Context>, queue: Arc<WorkQueue<ShardKey>>, stop: Cancel
                 None => return,
             },
         };
-        let next = reconcile(&ctx, &key).await;
+        // A panic is a bug, but it must cost one shard a retry, not this worker for good: a
+        // controller whose workers all died would stay ready and do nothing.
+        let next = match guarded(reconcile(&ctx, &key)).await {
+            Ok(next) => next,
+            Err(panic) => {
+                ctx.metrics.reconcile_panicked();
+                error!(shard = %key, %panic, "a reconcile panicked; the shard is retried after its backoff");
+                Next::Retry
+            }
+        };
         queue.done(&key);
         match next {
             Next::Done => queue.forget(&key),
@@ -302,6 +311,20 @@ async fn worker(ctx: Arc<Context>, queue: Arc<WorkQueue<ShardKey>>, stop: Cancel
             Next::Yield => queue.add(key),
         }
     }
+}
+
+/// Runs `fut`, turning a panic into its message.
+pub async fn guarded<T>(fut: impl Future<Output = T>) -> Result<T, String> {
+    std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .map_err(|payload| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_string())
+        })
 }
 
 fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
@@ -445,5 +468,21 @@ async fn drift_loop(ctx: Arc<Context>, stop: CancellationToken) {
             unknown = report.unknown,
             "drift check done"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guarded;
+
+    #[tokio::test]
+    async fn a_panic_becomes_its_message_and_a_value_passes_through() {
+        assert_eq!(guarded(async { 7 }).await, Ok(7));
+        let err = guarded(async { panic!("boom {}", 1) }).await.unwrap_err();
+        assert_eq!(err, "boom 1");
+        let err = guarded(async { std::panic::panic_any(5u8) })
+            .await
+            .unwrap_err();
+        assert_eq!(err, "a panic without a message");
     }
 }

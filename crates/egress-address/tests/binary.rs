@@ -284,6 +284,12 @@ async fn the_binary_end_to_end_with_a_restart() {
         metrics.contains("egress_address_claim_outcomes_total{outcome=\"Bound\"} 2"),
         "{metrics}"
     );
+    for zero in [
+        "egress_address_events_dropped_total 0",
+        "egress_address_reconcile_panics_total 0",
+    ] {
+        assert!(metrics.contains(zero), "{zero} is exported: {metrics}");
+    }
 
     first.sigterm();
     let mut first = first;
