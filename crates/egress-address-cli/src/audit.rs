@@ -2,7 +2,8 @@
 //!
 //! It lists the cell's shards and GETs each record a ref names (ipclaims or ipallocations), the
 //! only IPAM verb the controller's grant allows, so an operator can run it with the controller's
-//! own credential.
+//! own credential. With `--orphaned-claims` it also lists the controller's claims (a verb the
+//! controller's grant does not have) and reports those whose shard is gone.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,7 +13,11 @@ use anyhow::{Context, Result};
 use egress_api::shard::EgressShard;
 use kube::api::{Api, ListParams};
 
-use crate::verdict::{Finding, Holder, Lookup, ShardView, judge};
+use egress_address::claim_spec::SCOPE_ROLE_LOCATION;
+use egress_address::naming::{ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, claim_name};
+use egress_api::ipam::IPClaim;
+
+use crate::verdict::{ClaimView, Finding, Holder, Lookup, ShardView, judge, orphaned};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AuditArgs {
@@ -28,6 +33,42 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
+    /// Also list the controller's claims in the platform project and report those whose shard is
+    /// gone (verdict orphaned-claim). Needs `list` on ipclaims there: an operator's IPAM
+    /// credential, not the controller's grant.
+    #[arg(long, requires_all = ["platform_project", "location"])]
+    pub orphaned_claims: bool,
+    /// The project the controller writes claims in (with --orphaned-claims).
+    #[arg(long, env = "PLATFORM_PROJECT")]
+    pub platform_project: Option<String>,
+    /// The namespace of the claims in that project (with --orphaned-claims).
+    #[arg(long, env = "CLAIM_NAMESPACE", default_value = "default")]
+    pub claim_namespace: String,
+    /// The location this cell serves (with --orphaned-claims): claims scoped to another location
+    /// are another cell's.
+    #[arg(long, env = "LOCATION")]
+    pub location: Option<String>,
+}
+
+/// Where the controller of this cell writes its claims.
+#[derive(Clone, Debug)]
+pub struct ClaimScope {
+    pub project: String,
+    pub namespace: String,
+    pub location: String,
+}
+
+impl AuditArgs {
+    fn claim_scope(&self) -> Option<ClaimScope> {
+        if !self.orphaned_claims {
+            return None;
+        }
+        Some(ClaimScope {
+            project: self.platform_project.clone()?,
+            namespace: self.claim_namespace.clone(),
+            location: self.location.clone()?,
+        })
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +80,13 @@ pub enum Output {
 /// Runs the audit and prints it; returns whether everything was consistent.
 pub async fn run(args: &AuditArgs) -> Result<bool> {
     let cell = cell_client(args.cell_kubeconfig.as_deref()).await?;
-    let findings = audit(&cell, &args.ipam_kubeconfig, args.namespace.as_deref()).await?;
+    let findings = audit(
+        &cell,
+        &args.ipam_kubeconfig,
+        args.namespace.as_deref(),
+        args.claim_scope().as_ref(),
+    )
+    .await?;
     let mut out = std::io::stdout().lock();
     match args.output {
         Output::Table => print_table(&mut out, &findings)?,
@@ -67,11 +114,13 @@ pub async fn cell_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
     kube::Client::try_from(config).context("building the cell client")
 }
 
-/// Reads the shards and their holders and judges them.
+/// Reads the shards and their holders and judges them; with `claims`, also the controller's
+/// claims whose shard is gone.
 pub async fn audit(
     cell: &kube::Client,
     ipam_kubeconfig: &Path,
     namespace: Option<&str>,
+    claims: Option<&ClaimScope>,
 ) -> Result<Vec<Finding>> {
     let api: Api<EgressShard> = match namespace {
         Some(ns) => Api::namespaced(cell.clone(), ns),
@@ -118,7 +167,67 @@ pub async fn audit(
         };
         lookups.insert(holder, lookup);
     }
-    Ok(judge(&views, &lookups))
+    let mut findings = judge(&views, &lookups);
+    if let Some(scope) = claims {
+        let listed = list_claims(ipam_kubeconfig, scope).await?;
+        findings.extend(orphaned(&listed, &views, namespace));
+    }
+    Ok(findings)
+}
+
+/// The claims the controller made in `scope`: named as it names them, annotated with their shard,
+/// and scoped to this cell's location.
+async fn list_claims(ipam_kubeconfig: &Path, scope: &ClaimScope) -> Result<Vec<ClaimView>> {
+    let client = egress_address::ipam::ipam_client(ipam_kubeconfig, &scope.project)
+        .await
+        .with_context(|| {
+            format!(
+                "building the IPAM client from {}",
+                ipam_kubeconfig.display()
+            )
+        })?;
+    let api: Api<IPClaim> = Api::namespaced(client, &scope.namespace);
+    let mut views = vec![];
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await.with_context(|| {
+            format!(
+                "listing IPClaims in project {:?} namespace {:?} (--orphaned-claims needs list on ipclaims)",
+                scope.project, scope.namespace
+            )
+        })?;
+        views.extend(page.items.iter().filter_map(|c| claim_view(c, scope)));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    Ok(views)
+}
+
+fn claim_view(claim: &IPClaim, scope: &ClaimScope) -> Option<ClaimView> {
+    let annotations = claim.metadata.annotations.as_ref()?;
+    let shard_namespace = annotations.get(ANNOTATION_SHARD_NAMESPACE)?;
+    let shard_name = annotations.get(ANNOTATION_SHARD_NAME)?;
+    let name = claim.metadata.name.clone()?;
+    let location = claim
+        .spec
+        .scope
+        .get(SCOPE_ROLE_LOCATION)
+        .map(|s| s.name.as_str());
+    (name == claim_name(shard_namespace, shard_name) && location == Some(scope.location.as_str()))
+        .then(|| ClaimView {
+            project: scope.project.clone(),
+            namespace: scope.namespace.clone(),
+            name,
+            shard_namespace: shard_namespace.clone(),
+            shard_name: shard_name.clone(),
+            allocated_cidr: claim
+                .status
+                .as_ref()
+                .map(|s| s.allocated_cidr.clone())
+                .unwrap_or_default(),
+        })
 }
 
 fn view(shard: &EgressShard) -> ShardView {

@@ -59,6 +59,8 @@ pub enum Verdict {
     AddressShared,
     /// IPAM could not be read for this shard.
     Unknown,
+    /// A claim made for a shard that no longer exists: its address is held for nothing.
+    OrphanedClaim,
 }
 
 impl Verdict {
@@ -70,6 +72,7 @@ impl Verdict {
                 | Verdict::AddressMismatch
                 | Verdict::AddressShared
                 | Verdict::Unknown
+                | Verdict::OrphanedClaim
         )
     }
 
@@ -82,6 +85,7 @@ impl Verdict {
             Verdict::AddressMismatch => "address-mismatch",
             Verdict::AddressShared => "address-shared",
             Verdict::Unknown => "unknown",
+            Verdict::OrphanedClaim => "orphaned-claim",
         }
     }
 }
@@ -192,6 +196,57 @@ pub fn judge(shards: &[ShardView], lookup: &BTreeMap<Holder, Lookup>) -> Vec<Fin
         .collect()
 }
 
+/// A claim listed from IPAM that the controller made: named as it names claims, with the shard
+/// it was made for in its annotations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimView {
+    pub project: String,
+    pub namespace: String,
+    pub name: String,
+    pub shard_namespace: String,
+    pub shard_name: String,
+    pub allocated_cidr: String,
+}
+
+/// Claims whose shard is not among `shards`. `shard_namespace`: the shards were listed in this
+/// namespace only, so claims for shards elsewhere say nothing.
+pub fn orphaned(
+    claims: &[ClaimView],
+    shards: &[ShardView],
+    shard_namespace: Option<&str>,
+) -> Vec<Finding> {
+    let live: std::collections::BTreeSet<(&str, &str)> = shards
+        .iter()
+        .map(|s| (s.namespace.as_str(), s.name.as_str()))
+        .collect();
+    claims
+        .iter()
+        .filter(|c| shard_namespace.is_none_or(|ns| ns == c.shard_namespace))
+        .filter(|c| !live.contains(&(c.shard_namespace.as_str(), c.shard_name.as_str())))
+        .map(|c| Finding {
+            namespace: c.shard_namespace.clone(),
+            name: c.shard_name.clone(),
+            address: c
+                .allocated_cidr
+                .strip_suffix("/128")
+                .unwrap_or(&c.allocated_cidr)
+                .to_string(),
+            holder: Some(Holder {
+                kind: "IPClaim".into(),
+                project: c.project.clone(),
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+            }),
+            record_cidr: Some(c.allocated_cidr.clone()),
+            verdict: Verdict::OrphanedClaim,
+            detail: format!(
+                "the shard is gone but its claim still holds {:?}; releasing it is `kubectl delete ipclaim {} -n {}` on project {:?}",
+                c.allocated_cidr, c.name, c.namespace, c.project
+            ),
+        })
+        .collect()
+}
+
 /// Whether a record's `allocatedCIDR` is exactly the /128 of the shard's address.
 fn holds(allocated_cidr: &str, address: Option<Ipv6Addr>) -> bool {
     let Some(address) = address else { return false };
@@ -284,6 +339,60 @@ mod tests {
                 ("unreadable", Verdict::Unknown),
             ]
         );
+    }
+
+    fn claim_for(shard_namespace: &str, shard_name: &str, cidr: &str) -> ClaimView {
+        ClaimView {
+            project: "platform".into(),
+            namespace: "default".into(),
+            name: format!("egress-shard-ipv6.{shard_namespace}.{shard_name}"),
+            shard_namespace: shard_namespace.into(),
+            shard_name: shard_name.into(),
+            allocated_cidr: cidr.into(),
+        }
+    }
+
+    #[test]
+    fn only_claims_of_absent_shards_are_orphaned() {
+        let mut deleting = shard("deleting", "2001:db8::2", Some(holder("c2")));
+        deleting.deleting = true;
+        let shards = vec![shard("live", "2001:db8::1", Some(holder("c1"))), deleting];
+        let claims = vec![
+            claim_for("egress", "live", "2001:db8::1/128"),
+            claim_for("egress", "deleting", "2001:db8::2/128"),
+            claim_for("egress", "gone", "2001:db8::3/128"),
+            claim_for("elsewhere", "gone-too", "2001:db8::4/128"),
+        ];
+        let all = orphaned(&claims, &shards, None);
+        let got: Vec<(&str, &str, Verdict)> = all
+            .iter()
+            .map(|f| (f.namespace.as_str(), f.name.as_str(), f.verdict))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("egress", "gone", Verdict::OrphanedClaim),
+                ("elsewhere", "gone-too", Verdict::OrphanedClaim),
+            ]
+        );
+        assert_eq!(all[0].address, "2001:db8::3");
+        assert_eq!(
+            all[0].holder.as_ref().map(|h| h.name.as_str()),
+            Some("egress-shard-ipv6.egress.gone")
+        );
+        assert!(
+            all[0]
+                .detail
+                .contains("kubectl delete ipclaim egress-shard-ipv6.egress.gone -n default"),
+            "{}",
+            all[0].detail
+        );
+        assert!(Verdict::OrphanedClaim.is_inconsistent());
+
+        // Shards listed in one namespace only say nothing about claims for other namespaces.
+        let scoped = orphaned(&claims, &shards, Some("egress"));
+        assert_eq!(scoped.len(), 1);
+        assert_eq!(scoped[0].name, "gone");
     }
 
     #[test]

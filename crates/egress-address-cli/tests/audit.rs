@@ -48,6 +48,15 @@ async fn claim(world: &World, name: &str) -> String {
 /// Runs the real binary's `audit` with the world's kubeconfigs.
 async fn run_audit(world: &World, extra: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_egress-address"));
+    // The flags' environment fallbacks must not come from whoever runs the tests.
+    for var in [
+        "PLATFORM_PROJECT",
+        "CLAIM_NAMESPACE",
+        "LOCATION",
+        "CELL_KUBECONFIG",
+    ] {
+        cmd.env_remove(var);
+    }
     cmd.arg("audit")
         .args(extra)
         .arg("--cell-kubeconfig")
@@ -125,6 +134,90 @@ async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
     assert!(
         stdout.contains("egress/consistent") && stdout.contains(&good),
         "{stdout}"
+    );
+    world.lp.shutdown().await;
+}
+
+/// Creates the claim the controller would make for a shard, in `location`; its address.
+async fn controller_claim(world: &World, shard_name: &str, location: &str) -> String {
+    use egress_address::claim_spec::{ClaimRequest, desired_claim};
+    let api: Api<IPClaim> = Api::namespaced(
+        world.admin_client(PLATFORM_PROJECT).unwrap(),
+        CLAIM_NAMESPACE,
+    );
+    let c = desired_claim(&ClaimRequest {
+        class_name: "datum-egress-shard-address-ipv6",
+        claim_namespace: CLAIM_NAMESPACE,
+        location,
+        shard_namespace: NS,
+        shard_name,
+    });
+    let bound = api.create(&PostParams::default(), &c).await.unwrap();
+    bound.status.unwrap().allocated_cidr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_claims_are_reported_on_request() {
+    let world = World::start(&WorldOptions::default()).await.unwrap();
+    let cell = world.lp.cell();
+    cell.ensure_namespace(NS);
+    let kept = controller_claim(&world, "kept", "dfw").await;
+    let gone = controller_claim(&world, "gone", "dfw").await;
+    // Another location's claim in the same namespace belongs to another cell.
+    controller_claim(&world, "elsewhere", "ord").await;
+    let claim_of = |name: &str| egress_address::naming::claim_name(NS, name);
+    cell.apply_object(shard(
+        "kept",
+        kept.trim_end_matches("/128"),
+        Some(("IPClaim", &claim_of("kept"))),
+    ))
+    .unwrap();
+
+    let plain = run_audit(&world, &["-o", "json"]).await;
+    assert!(
+        plain.status.success(),
+        "without the flag only shards are judged: {}",
+        String::from_utf8_lossy(&plain.stdout)
+    );
+
+    let scoped = [
+        "--orphaned-claims",
+        "--platform-project",
+        PLATFORM_PROJECT,
+        "--location",
+        "dfw",
+        "-o",
+        "json",
+    ];
+    let out = run_audit(&world, &scoped).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an orphan fails the audit: {stdout}"
+    );
+    let findings: Vec<Value> = serde_json::from_str(&stdout).expect("json output");
+    let orphans: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["verdict"] == "orphaned-claim")
+        .collect();
+    assert_eq!(orphans.len(), 1, "{stdout}");
+    assert_eq!(orphans[0]["name"], "gone");
+    assert_eq!(orphans[0]["holder"]["name"], json!(claim_of("gone")));
+    assert_eq!(orphans[0]["recordCidr"], json!(gone));
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["name"] == "kept" && f["verdict"] == "consistent")
+    );
+
+    // The flag without the location it needs is refused before anything is read.
+    let out = run_audit(&world, &["--orphaned-claims", "--platform-project", "p"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--location"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     world.lp.shutdown().await;
 }
