@@ -139,14 +139,7 @@ pub async fn audit(
             continue;
         }
         if !clients.contains_key(&holder.project) {
-            let client = egress_address::ipam::ipam_client(ipam_kubeconfig, &holder.project)
-                .await
-                .with_context(|| {
-                    format!(
-                        "building the IPAM client from {}",
-                        ipam_kubeconfig.display()
-                    )
-                })?;
+            let client = ipam_client(ipam_kubeconfig, &holder.project).await?;
             clients.insert(holder.project.clone(), client);
         }
         let client = &clients[&holder.project];
@@ -175,17 +168,17 @@ pub async fn audit(
     Ok(findings)
 }
 
+/// A client for one project's control plane, from the kubeconfig naming Milo's base URL.
+async fn ipam_client(kubeconfig: &Path, project: &str) -> Result<kube::Client> {
+    egress_address::ipam::ipam_client(kubeconfig, project)
+        .await
+        .with_context(|| format!("building the IPAM client from {}", kubeconfig.display()))
+}
+
 /// The claims the controller made in `scope`: named as it names them, annotated with their shard,
 /// and scoped to this cell's location.
 async fn list_claims(ipam_kubeconfig: &Path, scope: &ClaimScope) -> Result<Vec<ClaimView>> {
-    let client = egress_address::ipam::ipam_client(ipam_kubeconfig, &scope.project)
-        .await
-        .with_context(|| {
-            format!(
-                "building the IPAM client from {}",
-                ipam_kubeconfig.display()
-            )
-        })?;
+    let client = ipam_client(ipam_kubeconfig, &scope.project).await?;
     let api: Api<IPClaim> = Api::namespaced(client, &scope.namespace);
     let mut views = vec![];
     let mut params = ListParams::default().limit(500);

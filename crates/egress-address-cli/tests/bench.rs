@@ -26,11 +26,12 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
     let [m] = report.runs.as_slice() else {
         panic!("one configuration was asked for: {:?}", report.runs);
     };
-    assert_eq!(m.walls.len(), 2, "one controller wall per repeat");
+    assert_eq!(m.walls().len(), 2, "one controller wall per repeat");
     assert_eq!(m.ideal_walls.len(), 2, "one ideal wall per repeat");
     // A new shard costs one claim create and one shard update, nothing else.
     let per_verb = |plane: &str, verb: &str| {
-        m.by_verb
+        m.worst()
+            .by_verb
             .get(&(plane.to_string(), verb.to_string()))
             .copied()
             .unwrap_or(0)
@@ -39,19 +40,19 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
     assert_eq!(per_verb("cell", "update"), 40);
     assert_eq!(m.per_new_shard(), 2.0);
     assert!(
-        m.startup_requests() >= 2,
+        m.worst().startup_requests() >= 2,
         "the initial list and watch count"
     );
     assert!(m.per_shard() > m.per_new_shard());
-    assert_eq!(m.events, 40, "one AddressAssigned event per shard");
+    assert_eq!(m.worst().events, 40, "one AddressAssigned event per shard");
     assert!(
-        m.events_done >= m.wall(),
+        m.events_done() >= m.wall(),
         "events are counted until they land"
     );
-    assert_eq!(m.failed, 0);
-    assert!(m.peak_rss.is_some_and(|b| b > 1 << 20));
-    assert!(m.cpu.is_some_and(|c| !c.is_zero()));
-    assert!(m.ready.is_some());
+    assert_eq!(m.worst().failed, 0);
+    assert!(m.peak_rss().is_some_and(|b| b > 1 << 20));
+    assert!(m.cpu().is_some_and(|c| !c.is_zero()));
+    assert!(m.ready().is_some());
 
     let idle = report.idle.as_ref().expect("idle was measured");
     assert_eq!(

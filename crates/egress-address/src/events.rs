@@ -458,8 +458,11 @@ impl Notifier {
 /// whole stays a valid name (253 characters) for objects named at the limit.
 pub fn event_name(object: &str, nanos: i128) -> String {
     let suffix = format!("{:x}", nanos.max(0));
-    let room = 253 - 1 - suffix.len();
-    let mut prefix = &object[..object.len().min(room)];
+    let mut cut = object.len().min(253 - 1 - suffix.len());
+    while !object.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut prefix = &object[..cut];
     // A cut name must still end a DNS label with a letter or digit.
     prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
     format!("{prefix}.{suffix}")

@@ -12,17 +12,21 @@ use egress_address::events::{Notifier, reason};
 use egress_address::leader::LeaderToken;
 use tokio_util::sync::CancellationToken;
 
-#[tokio::test]
-async fn events_wait_while_shards_are_being_addressed() {
-    let plane = Plane::start().await;
-    let shard = plane.create_shard("busy-1").await;
-    let notifier = Notifier::new(
+fn notifier(plane: &Plane) -> Notifier {
+    Notifier::new(
         plane.cell(),
         "test-instance",
         LeaderToken::always(),
         Metrics::unregistered(),
         Duration::from_secs(3600),
-    );
+    )
+}
+
+#[tokio::test]
+async fn events_wait_while_shards_are_being_addressed() {
+    let plane = Plane::start().await;
+    let shard = plane.create_shard("busy-1").await;
+    let notifier = notifier(&plane);
     let busy = Arc::new(AtomicBool::new(true));
     let stop = CancellationToken::new();
     let publisher = tokio::spawn(notifier.clone().run(stop.clone(), Duration::from_secs(1), {
@@ -59,13 +63,7 @@ async fn events_wait_while_shards_are_being_addressed() {
 async fn a_stopping_publisher_flushes_what_it_held() {
     let plane = Plane::start().await;
     let shard = plane.create_shard("busy-2").await;
-    let notifier = Notifier::new(
-        plane.cell(),
-        "test-instance",
-        LeaderToken::always(),
-        Metrics::unregistered(),
-        Duration::from_secs(3600),
-    );
+    let notifier = notifier(&plane);
     let stop = CancellationToken::new();
     let publisher = tokio::spawn(notifier.clone().run(
         stop.clone(),

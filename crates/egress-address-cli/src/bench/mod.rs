@@ -114,7 +114,7 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
             }
             w.lp.shutdown().await;
         }
-        let m = Measurement::combine(runs, ideal_walls);
+        let m = Measurement::new(runs, ideal_walls);
         eprintln!("bench: {}", m.summary());
         report.runs.push(m);
     }

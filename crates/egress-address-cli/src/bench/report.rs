@@ -58,8 +58,17 @@ impl Run {
         }
     }
 
-    fn shard_requests(&self) -> u64 {
+    pub fn shard_requests(&self) -> u64 {
         self.by_verb.values().sum()
+    }
+
+    /// The one-time initial sync (list and watch of shards).
+    pub fn startup_requests(&self) -> u64 {
+        self.by_verb
+            .iter()
+            .filter(|((_, v), _)| v == "list" || v == "watch" || v == "discovery")
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 
@@ -75,90 +84,82 @@ pub fn median(values: &[Duration]) -> Duration {
 }
 
 /// One (shards, concurrency) configuration: its controller runs and the ideal runs beside them.
+/// Times are medians over the runs; counts come from the run that made the most requests, memory
+/// from the highest.
 #[derive(Debug, Clone)]
 pub struct Measurement {
-    pub shards: usize,
-    pub concurrency: usize,
-    pub walls: Vec<Duration>,
+    pub runs: Vec<Run>,
     pub ideal_walls: Vec<Duration>,
-    pub events_done: Duration,
-    pub ready: Option<Duration>,
-    pub cpu: Option<Duration>,
-    /// Counters of the run that made the most shard and IPAM requests.
-    pub by_verb: BTreeMap<(String, String), u64>,
-    pub events: u64,
-    pub leases: u64,
-    pub failed: u64,
-    /// The highest of the runs.
-    pub peak_rss: Option<u64>,
 }
 
 impl Measurement {
-    /// Medians of the times, the worst of the counts and of memory.
-    pub fn combine(runs: Vec<Run>, ideal_walls: Vec<Duration>) -> Measurement {
-        let walls: Vec<Duration> = runs.iter().map(|r| r.wall).collect();
-        let events_done = median(&runs.iter().map(|r| r.events_done).collect::<Vec<_>>());
-        let ready = runs
-            .iter()
-            .map(|r| r.ready)
-            .collect::<Option<Vec<_>>>()
-            .map(|v| median(&v));
-        let cpu = runs
-            .iter()
-            .map(|r| r.cpu)
-            .collect::<Option<Vec<_>>>()
-            .map(|v| median(&v));
-        let peak_rss = runs.iter().filter_map(|r| r.peak_rss).max();
-        let worst = runs
-            .into_iter()
-            .max_by_key(|r| (r.shard_requests(), r.failed, r.events))
-            .expect("at least one run");
-        Measurement {
-            shards: worst.shards,
-            concurrency: worst.concurrency,
-            walls,
-            ideal_walls,
-            events_done,
-            ready,
-            cpu,
-            by_verb: worst.by_verb,
-            events: worst.events,
-            leases: worst.leases,
-            failed: worst.failed,
-            peak_rss,
-        }
+    /// `runs` must not be empty.
+    pub fn new(runs: Vec<Run>, ideal_walls: Vec<Duration>) -> Measurement {
+        assert!(!runs.is_empty(), "a measurement needs at least one run");
+        Measurement { runs, ideal_walls }
+    }
+
+    pub fn shards(&self) -> usize {
+        self.runs[0].shards
+    }
+
+    pub fn concurrency(&self) -> usize {
+        self.runs[0].concurrency
+    }
+
+    pub fn walls(&self) -> Vec<Duration> {
+        self.runs.iter().map(|r| r.wall).collect()
     }
 
     pub fn wall(&self) -> Duration {
-        median(&self.walls)
+        median(&self.walls())
     }
 
     pub fn ideal_wall(&self) -> Duration {
         median(&self.ideal_walls)
     }
 
-    pub fn shard_requests(&self) -> u64 {
-        self.by_verb.values().sum()
+    /// The median of a time every run has, or `None` if one lacks it.
+    fn median_of(&self, f: impl Fn(&Run) -> Option<Duration>) -> Option<Duration> {
+        let v: Option<Vec<Duration>> = self.runs.iter().map(f).collect();
+        v.map(|v| median(&v))
+    }
+
+    pub fn events_done(&self) -> Duration {
+        median(&self.runs.iter().map(|r| r.events_done).collect::<Vec<_>>())
+    }
+
+    pub fn ready(&self) -> Option<Duration> {
+        self.median_of(|r| r.ready)
+    }
+
+    pub fn cpu(&self) -> Option<Duration> {
+        self.median_of(|r| r.cpu)
+    }
+
+    /// The highest of the runs.
+    pub fn peak_rss(&self) -> Option<u64> {
+        self.runs.iter().filter_map(|r| r.peak_rss).max()
+    }
+
+    /// The run that made the most shard and IPAM requests: its counters are the ones reported.
+    pub fn worst(&self) -> &Run {
+        self.runs
+            .iter()
+            .max_by_key(|r| (r.shard_requests(), r.failed, r.events))
+            .expect("at least one run")
     }
 
     /// Every shard and IPAM request, the one-time initial sync included, per shard.
     pub fn per_shard(&self) -> f64 {
-        self.shard_requests() as f64 / self.shards.max(1) as f64
-    }
-
-    /// The one-time initial sync (list and watch of shards), spread over every shard above.
-    pub fn startup_requests(&self) -> u64 {
-        self.by_verb
-            .iter()
-            .filter(|((_, v), _)| v == "list" || v == "watch" || v == "discovery")
-            .map(|(_, n)| n)
-            .sum()
+        self.worst().shard_requests() as f64 / self.shards().max(1) as f64
     }
 
     /// What one more new shard costs: every request but the initial sync, which a controller
     /// makes once however many shards are new (the restart measurement shows it alone).
     pub fn per_new_shard(&self) -> f64 {
-        (self.shard_requests() - self.startup_requests()) as f64 / self.shards.max(1) as f64
+        let w = self.worst();
+        (w.shard_requests() - w.startup_requests()) as f64 / self.shards().max(1) as f64
     }
 
     /// Median controller wall over median ideal wall.
@@ -168,23 +169,23 @@ impl Measurement {
 
     /// Controller CPU time per shard, in milliseconds.
     pub fn cpu_per_shard_ms(&self) -> Option<f64> {
-        self.cpu
-            .map(|c| c.as_secs_f64() * 1000.0 / self.shards.max(1) as f64)
+        self.cpu()
+            .map(|c| c.as_secs_f64() * 1000.0 / self.shards().max(1) as f64)
     }
 
     pub fn summary(&self) -> String {
         format!(
             "{} shards, concurrency {}: {} (ideal {}, ratio {:.2}), {:.3} requests per new shard, {} events (all sent after {:.2}s), controller CPU {}, peak RSS {}",
-            self.shards,
-            self.concurrency,
-            spread(&self.walls),
+            self.shards(),
+            self.concurrency(),
+            spread(&self.walls()),
             spread(&self.ideal_walls),
             self.ratio(),
             self.per_new_shard(),
-            self.events,
-            self.events_done.as_secs_f64(),
+            self.worst().events,
+            self.events_done().as_secs_f64(),
             cpu_ms(self.cpu_per_shard_ms()),
-            mib(self.peak_rss)
+            mib(self.peak_rss())
         )
     }
 }
@@ -324,27 +325,28 @@ pub fn markdown(
         "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in runs {
-        let n = r.shards as f64;
+        let n = r.shards() as f64;
+        let w = r.worst();
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {:.2} | {:.3} | {:.3} | {} | {:.3} | {:.2} s | {} | {} | {} | {} | {} |",
-            r.shards,
-            r.concurrency,
-            spread(&r.walls),
+            r.shards(),
+            r.concurrency(),
+            spread(&r.walls()),
             spread(&r.ideal_walls),
             r.ratio(),
             r.per_new_shard(),
             r.per_shard(),
-            verbs(&r.by_verb, n),
-            r.events as f64 / n,
-            r.events_done.as_secs_f64(),
-            r.failed,
-            r.leases,
-            r.ready
+            verbs(&w.by_verb, n),
+            w.events as f64 / n,
+            r.events_done().as_secs_f64(),
+            w.failed,
+            w.leases,
+            r.ready()
                 .map(|d| format!("{:.2} s", d.as_secs_f64()))
                 .unwrap_or_else(|| "n/a".into()),
             cpu_ms(r.cpu_per_shard_ms()),
-            mib(r.peak_rss),
+            mib(r.peak_rss()),
         );
     }
     let _ = writeln!(s);
@@ -353,12 +355,12 @@ pub fn markdown(
     for r in runs {
         let mut line = format!(
             "- {} shards at concurrency {}: {:.3} requests per new shard (≤ {MAX_REQUESTS_PER_NEW_SHARD}: {})",
-            r.shards,
-            r.concurrency,
+            r.shards(),
+            r.concurrency(),
             r.per_new_shard(),
             pass(r.per_new_shard() <= MAX_REQUESTS_PER_NEW_SHARD)
         );
-        if r.concurrency == 16 {
+        if r.concurrency() == 16 {
             let _ = write!(
                 line,
                 "; ratio {:.2} (≤ {MAX_RATIO}: {})",
@@ -366,12 +368,12 @@ pub fn markdown(
                 pass(r.ratio() <= MAX_RATIO)
             );
         }
-        if r.shards >= 10_000 {
-            let ok = r.peak_rss.is_some_and(|b| b as f64 <= MAX_RSS_MIB * MIB);
+        if r.shards() >= 10_000 {
+            let ok = r.peak_rss().is_some_and(|b| b as f64 <= MAX_RSS_MIB * MIB);
             let _ = write!(
                 line,
                 "; peak RSS {} (≤ {MAX_RSS_MIB} MiB: {})",
-                mib(r.peak_rss),
+                mib(r.peak_rss()),
                 pass(ok)
             );
         }
