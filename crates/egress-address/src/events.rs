@@ -240,6 +240,7 @@ impl Notifier {
                 None
             };
             queue.push_back(pending);
+            self.metrics.set_events_waiting(queue.len());
             dropped
         };
         self.outbox.ready.notify_one();
@@ -305,11 +306,10 @@ impl Notifier {
     }
 
     fn pop(&self) -> Option<Pending> {
-        self.outbox
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        let mut queue = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = queue.pop_front();
+        self.metrics.set_events_waiting(queue.len());
+        pending
     }
 
     async fn send(&self, pending: Pending) {

@@ -66,6 +66,7 @@
 //!   `reconcile_duration_seconds`, `ipam_requests_total{verb,resource,code}`,
 //!   `ipam_request_duration_seconds{verb,resource}`, `leader`, `drift_total{kind=missing|different}`,
 //!   `events_dropped_total` (events dropped unsent because too many were waiting),
+//!   `events_waiting` (events queued for the events API),
 //!   `reconcile_panics_total` (a panicking reconcile costs its shard a retry, not the worker).
 //! * **Events** on shards (`events.k8s.io/v1`, see [`events::reason`]): `AddressAssigned`
 //!   (Normal, names the address and holder), `ClaimPending` (Normal), `ClaimRefused` (Warning,

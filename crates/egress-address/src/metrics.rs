@@ -101,6 +101,7 @@ pub struct Metrics {
     leader: Gauge,
     drift: Family<DriftLabels, Counter>,
     events_dropped: Counter,
+    events_waiting: Gauge,
     reconcile_panics: Counter,
 }
 
@@ -146,6 +147,11 @@ impl Metrics {
             m.events_dropped.clone(),
         );
         r.register(
+            "events_waiting",
+            "Events queued for the events API (held while shards wait to be reconciled)",
+            m.events_waiting.clone(),
+        );
+        r.register(
             "reconcile_panics",
             "Reconciles that panicked (a bug: report it); the shard is retried after its backoff",
             m.reconcile_panics.clone(),
@@ -165,6 +171,7 @@ impl Metrics {
             leader: Gauge::default(),
             drift: Family::default(),
             events_dropped: Counter::default(),
+            events_waiting: Gauge::default(),
             reconcile_panics: Counter::default(),
         };
         for state in ShardState::ALL {
@@ -190,6 +197,15 @@ impl Metrics {
         if let Some(old) = states.remove(key) {
             self.shards.get_or_create(&StateLabels { state: old }).dec();
         }
+    }
+
+    pub fn set_events_waiting(&self, n: usize) {
+        self.events_waiting
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn events_waiting(&self) -> i64 {
+        self.events_waiting.get()
     }
 
     pub fn reconcile_panicked(&self) {

@@ -290,6 +290,11 @@ async fn the_binary_end_to_end_with_a_restart() {
     ] {
         assert!(metrics.contains(zero), "{zero} is exported: {metrics}");
     }
+    // Events may still be on their way: only the series is certain.
+    assert!(
+        metrics.contains("\negress_address_events_waiting "),
+        "{metrics}"
+    );
 
     first.sigterm();
     let mut first = first;

@@ -12,12 +12,12 @@ use egress_address::events::{Notifier, reason};
 use egress_address::leader::LeaderToken;
 use tokio_util::sync::CancellationToken;
 
-fn notifier(plane: &Plane) -> Notifier {
+fn notifier(plane: &Plane, metrics: &Metrics) -> Notifier {
     Notifier::new(
         plane.cell(),
         "test-instance",
         LeaderToken::always(),
-        Metrics::unregistered(),
+        metrics.clone(),
         Duration::from_secs(3600),
     )
 }
@@ -26,7 +26,8 @@ fn notifier(plane: &Plane) -> Notifier {
 async fn events_wait_while_shards_are_being_addressed() {
     let plane = Plane::start().await;
     let shard = plane.create_shard("busy-1").await;
-    let notifier = notifier(&plane);
+    let metrics = Metrics::unregistered();
+    let notifier = notifier(&plane, &metrics);
     let busy = Arc::new(AtomicBool::new(true));
     let stop = CancellationToken::new();
     let publisher = tokio::spawn(notifier.clone().run(stop.clone(), Duration::from_secs(1), {
@@ -46,6 +47,7 @@ async fn events_wait_while_shards_are_being_addressed() {
         "an event goes out while reconciles are busy"
     );
     assert_eq!(notifier.waiting(), 1, "the held event is kept");
+    assert_eq!(metrics.events_waiting(), 1, "and shown in the gauge");
 
     busy.store(false, Ordering::SeqCst);
     let reasons = eventually(5, "the held event sent once idle", || async {
@@ -55,6 +57,7 @@ async fn events_wait_while_shards_are_being_addressed() {
     .await;
     assert_eq!(reasons, [reason::ADDRESS_ASSIGNED]);
     assert_eq!(notifier.waiting(), 0);
+    assert_eq!(metrics.events_waiting(), 0);
     stop.cancel();
     publisher.await.unwrap();
 }
@@ -63,7 +66,8 @@ async fn events_wait_while_shards_are_being_addressed() {
 async fn a_stopping_publisher_flushes_what_it_held() {
     let plane = Plane::start().await;
     let shard = plane.create_shard("busy-2").await;
-    let notifier = notifier(&plane);
+    let metrics = Metrics::unregistered();
+    let notifier = notifier(&plane, &metrics);
     let stop = CancellationToken::new();
     let publisher = tokio::spawn(notifier.clone().run(
         stop.clone(),
