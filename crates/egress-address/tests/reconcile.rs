@@ -186,16 +186,7 @@ async fn a_deleted_shard_has_its_claim_deleted() {
         .delete("gone", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(10, "the claim to be deleted", || async {
-        plane
-            .claims()
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    claim_released(&plane, &name, "the claim to be deleted").await;
     ctl.stop().await.unwrap();
 }
 
@@ -235,20 +226,7 @@ async fn a_failed_read_releases_nothing() {
         0
     );
     plane.clear_faults();
-    eventually(
-        10,
-        "the claim to be deleted once the read works",
-        || async {
-            plane
-                .claims()
-                .get_opt(&name)
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    claim_released(&plane, &name, "the claim to be deleted once the read works").await;
     ctl.stop().await.unwrap();
 }
 

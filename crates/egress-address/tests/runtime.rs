@@ -38,6 +38,30 @@ async fn holder(plane: &Plane) -> Option<String> {
         .and_then(|l| l.spec?.holder_identity)
 }
 
+/// A controller with election on, once it leads.
+async fn leading(plane: &Plane, identity: &str) -> Ctl {
+    let ctl = start_controller(plane, elected(identity)).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
+        .await
+        .expect("the controller leads");
+    ctl
+}
+
+async fn lost_leadership(ctl: &Ctl, what: &str) {
+    eventually(5, what, || async {
+        (!ctl.handle.is_leader()).then_some(())
+    })
+    .await;
+}
+
+fn assert_unaddressed(plane: &Plane, name: &str) {
+    let shard = plane.shard_now(name).expect("the shard exists");
+    assert!(
+        shard.spec.shard_address_ipv6.is_empty(),
+        "{name} was addressed by a controller that does not lead"
+    );
+}
+
 fn bogus_client(plane: &Plane, plane_name: &str) -> Client {
     let mut cfg = kube::Config::new(plane.lp.plane_url(plane_name).parse().unwrap());
     cfg.auth_info.token = Some("not-a-token".to_string().into());
@@ -83,26 +107,13 @@ async fn only_the_leader_writes() {
 #[tokio::test]
 async fn a_failed_renewal_stops_writes_at_once() {
     let plane = Plane::start().await;
-    let ctl = start_controller(&plane, elected("solo")).await;
-    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
-        .await
-        .unwrap();
+    let ctl = leading(&plane, "solo").await;
     plane.set_faults(vec![fault("cell", "update", "leases", 500)]);
-    eventually(5, "leadership to be dropped", || async {
-        (!ctl.handle.is_leader()).then_some(())
-    })
-    .await;
+    lost_leadership(&ctl, "leadership to be dropped").await;
     plane.reset_counters();
     plane.create_shard("during").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        plane
-            .shard_now("during")
-            .unwrap()
-            .spec
-            .shard_address_ipv6
-            .is_empty()
-    );
+    assert_unaddressed(&plane, "during");
     assert_eq!(
         plane
             .lp
@@ -119,10 +130,7 @@ async fn a_failed_renewal_stops_writes_at_once() {
 #[tokio::test]
 async fn a_lease_taken_by_another_stops_writes_until_it_expires() {
     let plane = Plane::start().await;
-    let ctl = start_controller(&plane, elected("mine")).await;
-    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
-        .await
-        .unwrap();
+    let ctl = leading(&plane, "mine").await;
     // Another instance takes the lease over and keeps renewing it.
     let usurper = tokio::spawn({
         let api = leases(&plane);
@@ -137,20 +145,10 @@ async fn a_lease_taken_by_another_stops_writes_until_it_expires() {
             }
         }
     });
-    eventually(5, "leadership to be lost", || async {
-        (!ctl.handle.is_leader()).then_some(())
-    })
-    .await;
+    lost_leadership(&ctl, "leadership to be lost").await;
     plane.create_shard("held-off").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        plane
-            .shard_now("held-off")
-            .unwrap()
-            .spec
-            .shard_address_ipv6
-            .is_empty()
-    );
+    assert_unaddressed(&plane, "held-off");
     usurper.abort();
     // Once the usurper stops renewing, the lease expires and writes resume.
     addressed(&plane, "held-off").await;
@@ -161,10 +159,7 @@ async fn a_lease_taken_by_another_stops_writes_until_it_expires() {
 #[tokio::test]
 async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
     let plane = Plane::start().await;
-    let ctl = start_controller(&plane, elected("leaving")).await;
-    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
-        .await
-        .unwrap();
+    let ctl = leading(&plane, "leaving").await;
     let mut slow = fault("cell", "update", "egressshards", 0);
     slow.error_rate = 0.0;
     slow.latency_ms = 800;

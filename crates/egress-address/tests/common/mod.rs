@@ -291,6 +291,20 @@ pub async fn addressed(plane: &Plane, name: &str) -> EgressShard {
     .await
 }
 
+/// Waits until the claim `name` is gone from IPAM.
+pub async fn claim_released(plane: &Plane, name: &str, what: &str) {
+    eventually(10, what, || async {
+        plane
+            .claims()
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 /// Lets the controller settle: watch events delivered, queues drained.
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(600)).await;
