@@ -103,14 +103,13 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
                 ideal_walls.last().map_or(0.0, Duration::as_secs_f64),
             );
             runs.push(run);
-            if i + 1 == configs.len() && rep == args.repeat {
+            let last = i + 1 == configs.len() && rep == args.repeat;
+            if last {
                 report.idle = idle_after(args, &w, &mut ctl, n).await?;
-                ctl.stop(Duration::from_secs(10)).await;
-                if !args.no_restart {
-                    report.restart = Some(restart_after(args, &w, &spec, n, timeout).await?);
-                }
-            } else {
-                ctl.stop(Duration::from_secs(10)).await;
+            }
+            ctl.stop(Duration::from_secs(10)).await;
+            if last && !args.no_restart {
+                report.restart = Some(restart_after(args, &w, &spec, n, timeout).await?);
             }
             w.lp.shutdown().await;
         }
