@@ -1010,10 +1010,7 @@ impl Tally {
         if e.res != self.res {
             return;
         }
-        let key = (
-            meta::str_at(&e.obj, "/metadata/namespace").to_string(),
-            meta::str_at(&e.obj, "/metadata/name").to_string(),
-        );
+        let key = key_of_arc(&e.obj);
         if self.namespace.as_ref().is_some_and(|ns| *ns != key.0) {
             return;
         }
