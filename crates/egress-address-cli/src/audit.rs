@@ -13,8 +13,11 @@ use anyhow::{Context, Result};
 use egress_api::shard::EgressShard;
 use kube::api::{Api, ListParams};
 
-use egress_address::claim_spec::SCOPE_ROLE_LOCATION;
-use egress_address::naming::{ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, claim_name};
+use egress_address::ipam::naming::{
+    ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
+    claim_name, legacy_claim_name,
+};
+use egress_address::ipam::spec::SCOPE_ROLE_LOCATION;
 use egress_api::ipam::IPClaim;
 
 use crate::verdict::{ClaimView, Finding, Holder, Lookup, ShardView, judge, orphaned};
@@ -48,26 +51,43 @@ pub struct AuditArgs {
     /// are another cell's.
     #[arg(long, env = "LOCATION")]
     pub location: Option<String>,
+    /// This cell's identity as the controller records it on claims (with --orphaned-claims);
+    /// unset: the UID of the cell's kube-system namespace, as the controller reads it.
+    #[arg(long, env = "CELL_ID")]
+    pub cell_id: Option<String>,
 }
 
-/// Where the controller of this cell writes its claims.
+/// Where the controller of this cell writes its claims, and what it marks them with.
 #[derive(Clone, Debug)]
 pub struct ClaimScope {
     pub project: String,
     pub namespace: String,
     pub location: String,
+    /// The cell identity recorded on the claims.
+    pub cell: String,
 }
 
 impl AuditArgs {
-    fn claim_scope(&self) -> Option<ClaimScope> {
+    async fn claim_scope(&self, cell: &kube::Client) -> Result<Option<ClaimScope>> {
         if !self.orphaned_claims {
-            return None;
+            return Ok(None);
         }
-        Some(ClaimScope {
-            project: self.platform_project.clone()?,
+        let (Some(project), Some(location)) = (&self.platform_project, &self.location) else {
+            return Ok(None);
+        };
+        let cell_id = egress_address::runtime::cell_identity(
+            self.cell_id.as_deref(),
+            cell,
+            std::time::Duration::from_secs(30),
+        )
+        .await
+        .context("reading the cell's identity (or pass --cell-id)")?;
+        Ok(Some(ClaimScope {
+            project: project.clone(),
             namespace: self.claim_namespace.clone(),
-            location: self.location.clone()?,
-        })
+            location: location.clone(),
+            cell: cell_id,
+        }))
     }
 }
 
@@ -80,11 +100,12 @@ pub enum Output {
 /// Runs the audit and prints it; returns whether everything was consistent.
 pub async fn run(args: &AuditArgs) -> Result<bool> {
     let cell = cell_client(args.cell_kubeconfig.as_deref()).await?;
+    let scope = args.claim_scope(&cell).await?;
     let findings = audit(
         &cell,
         &args.ipam_kubeconfig,
         args.namespace.as_deref(),
-        args.claim_scope().as_ref(),
+        scope.as_ref(),
     )
     .await?;
     let mut out = std::io::stdout().lock();
@@ -99,19 +120,9 @@ pub async fn run(args: &AuditArgs) -> Result<bool> {
 }
 
 pub async fn cell_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the cell kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .with_context(|| format!("using the cell kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a cell kubeconfig")?,
-    };
-    kube::Client::try_from(config).context("building the cell client")
+    egress_address::config::kubeconfig::cell_client(kubeconfig)
+        .await
+        .context("building the cell client")
 }
 
 /// Reads the shards and their holders and judges them; with `claims`, also the controller's
@@ -198,35 +209,46 @@ async fn list_claims(ipam_kubeconfig: &Path, scope: &ClaimScope) -> Result<Vec<C
     Ok(views)
 }
 
+/// A claim this cell's controller made: marked with this cell and named for it, or (made before
+/// claims were marked) unmarked and named the old way.
 fn claim_view(claim: &IPClaim, scope: &ClaimScope) -> Option<ClaimView> {
     let annotations = claim.metadata.annotations.as_ref()?;
     let shard_namespace = annotations.get(ANNOTATION_SHARD_NAMESPACE)?;
     let shard_name = annotations.get(ANNOTATION_SHARD_NAME)?;
+    let shard_uid = annotations.get(ANNOTATION_SHARD_UID).cloned();
     let name = claim.metadata.name.clone()?;
     let location = claim
         .spec
         .scope
         .get(SCOPE_ROLE_LOCATION)
         .map(|s| s.name.as_str());
-    (name == claim_name(shard_namespace, shard_name) && location == Some(scope.location.as_str()))
-        .then(|| ClaimView {
-            project: scope.project.clone(),
-            namespace: scope.namespace.clone(),
-            name,
-            shard_namespace: shard_namespace.clone(),
-            shard_name: shard_name.clone(),
-            allocated_cidr: claim
-                .status
-                .as_ref()
-                .map(|s| s.allocated_cidr.clone())
-                .unwrap_or_default(),
-        })
+    let ours = match (annotations.get(ANNOTATION_CELL), &shard_uid) {
+        (Some(cell), Some(_)) => {
+            *cell == scope.cell && name == claim_name(cell, shard_namespace, shard_name)
+        }
+        (None, None) => name == legacy_claim_name(shard_namespace, shard_name),
+        _ => false,
+    };
+    (ours && location == Some(scope.location.as_str())).then(|| ClaimView {
+        project: scope.project.clone(),
+        namespace: scope.namespace.clone(),
+        name,
+        shard_namespace: shard_namespace.clone(),
+        shard_name: shard_name.clone(),
+        shard_uid: shard_uid.clone(),
+        allocated_cidr: claim
+            .status
+            .as_ref()
+            .map(|s| s.allocated_cidr.clone())
+            .unwrap_or_default(),
+    })
 }
 
 fn view(shard: &EgressShard) -> ShardView {
     ShardView {
         namespace: shard.metadata.namespace.clone().unwrap_or_default(),
         name: shard.metadata.name.clone().unwrap_or_default(),
+        uid: shard.metadata.uid.clone().unwrap_or_default(),
         address: shard.spec.shard_address_ipv6.clone(),
         holder: shard
             .spec

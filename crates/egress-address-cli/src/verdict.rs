@@ -14,6 +14,7 @@ use serde::Serialize;
 pub struct ShardView {
     pub namespace: String,
     pub name: String,
+    pub uid: String,
     /// `spec.shardAddressIPv6`, empty when unassigned.
     pub address: String,
     /// `spec.shardAddressIPv6ClaimRef`, if any.
@@ -196,8 +197,8 @@ pub fn judge(shards: &[ShardView], lookup: &BTreeMap<Holder, Lookup>) -> Vec<Fin
         .collect()
 }
 
-/// A claim listed from IPAM that the controller made: named as it names claims, with the shard
-/// it was made for in its annotations.
+/// A claim listed from IPAM that this cell's controller made: named as it names claims, with the
+/// shard (and, since claims record it, the shard's incarnation) in its annotations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimView {
     pub project: String,
@@ -205,24 +206,31 @@ pub struct ClaimView {
     pub name: String,
     pub shard_namespace: String,
     pub shard_name: String,
+    /// The incarnation the claim was made for; `None` for a claim made before claims recorded it.
+    pub shard_uid: Option<String>,
     pub allocated_cidr: String,
 }
 
-/// Claims whose shard is not among `shards`. `shard_namespace`: the shards were listed in this
-/// namespace only, so claims for shards elsewhere say nothing.
+/// Claims whose shard incarnation is not among `shards` (a claim recording a UID is orphaned
+/// when no live shard has that UID, even if a newer shard of the same name exists).
+/// `shard_namespace`: the shards were listed in this namespace only, so claims for shards
+/// elsewhere say nothing.
 pub fn orphaned(
     claims: &[ClaimView],
     shards: &[ShardView],
     shard_namespace: Option<&str>,
 ) -> Vec<Finding> {
-    let live: std::collections::BTreeSet<(&str, &str)> = shards
-        .iter()
-        .map(|s| (s.namespace.as_str(), s.name.as_str()))
-        .collect();
+    let live = |c: &ClaimView| {
+        shards.iter().any(|s| {
+            s.namespace == c.shard_namespace
+                && s.name == c.shard_name
+                && c.shard_uid.as_ref().is_none_or(|uid| *uid == s.uid)
+        })
+    };
     claims
         .iter()
         .filter(|c| shard_namespace.is_none_or(|ns| ns == c.shard_namespace))
-        .filter(|c| !live.contains(&(c.shard_namespace.as_str(), c.shard_name.as_str())))
+        .filter(|c| !live(c))
         .map(|c| Finding {
             namespace: c.shard_namespace.clone(),
             name: c.shard_name.clone(),
@@ -273,6 +281,7 @@ mod tests {
         ShardView {
             namespace: "egress".into(),
             name: name.into(),
+            uid: format!("uid-{name}"),
             address: address.into(),
             holder,
             deleting: false,
@@ -348,8 +357,22 @@ mod tests {
             name: format!("egress-shard-ipv6.{shard_namespace}.{shard_name}"),
             shard_namespace: shard_namespace.into(),
             shard_name: shard_name.into(),
+            shard_uid: None,
             allocated_cidr: cidr.into(),
         }
+    }
+
+    #[test]
+    fn a_claim_of_an_earlier_incarnation_is_orphaned_beside_the_new_one() {
+        let shards = vec![shard("s", "2001:db8::1", Some(holder("c1")))];
+        let mut current = claim_for("egress", "s", "2001:db8::1/128");
+        current.shard_uid = Some("uid-s".into());
+        let mut earlier = claim_for("egress", "s", "2001:db8::7/128");
+        earlier.shard_uid = Some("uid-earlier".into());
+        earlier.name = "egress-shard-ipv6.abc.egress.s-earlier".into();
+        let found = orphaned(&[current, earlier], &shards, None);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].address, "2001:db8::7");
     }
 
     #[test]

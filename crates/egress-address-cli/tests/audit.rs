@@ -1,5 +1,7 @@
 //! `audit` against a live localplane holding one shard in every state it can judge.
 
+mod common;
+
 use std::process::Command;
 
 use egress_address_cli::bench::harness::{
@@ -138,9 +140,16 @@ async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
     world.lp.shutdown().await;
 }
 
-/// Creates the claim the controller would make for a shard, in `location`; its address.
-async fn controller_claim(world: &World, shard_name: &str, location: &str) -> String {
-    use egress_address::claim_spec::{ClaimRequest, desired_claim};
+/// Creates the claim the controller of `cell` would make for one incarnation of a shard, in
+/// `location`; its address.
+async fn controller_claim(
+    world: &World,
+    cell: &str,
+    shard_name: &str,
+    uid: &str,
+    location: &str,
+) -> String {
+    use egress_address::ipam::spec::{ClaimRequest, desired_claim};
     let api: Api<IPClaim> = Api::namespaced(
         world.admin_client(PLATFORM_PROJECT).unwrap(),
         CLAIM_NAMESPACE,
@@ -149,8 +158,10 @@ async fn controller_claim(world: &World, shard_name: &str, location: &str) -> St
         class_name: "datum-egress-shard-address-ipv6",
         claim_namespace: CLAIM_NAMESPACE,
         location,
+        cell,
         shard_namespace: NS,
         shard_name,
+        shard_uid: uid,
     });
     let bound = api.create(&PostParams::default(), &c).await.unwrap();
     bound.status.unwrap().allocated_cidr
@@ -161,11 +172,16 @@ async fn orphaned_claims_are_reported_on_request() {
     let world = World::start(&WorldOptions::default()).await.unwrap();
     let cell = world.lp.cell();
     cell.ensure_namespace(NS);
-    let kept = controller_claim(&world, "kept", "dfw").await;
-    let gone = controller_claim(&world, "gone", "dfw").await;
-    // Another location's claim in the same namespace belongs to another cell.
-    controller_claim(&world, "elsewhere", "ord").await;
-    let claim_of = |name: &str| egress_address::naming::claim_name(NS, name);
+    let cell_id = common::kube_system_uid(&cell);
+    let claim_of = |name: &str| egress_address::ipam::naming::claim_name(&cell_id, NS, name);
+    let placeholder = cell.apply_object(shard("kept", "", None)).unwrap();
+    let kept_uid = placeholder["metadata"]["uid"].as_str().unwrap().to_string();
+    let kept = controller_claim(&world, &cell_id, "kept", &kept_uid, "dfw").await;
+    let gone = controller_claim(&world, &cell_id, "gone", "uid-of-a-deleted-shard", "dfw").await;
+    // Another location's claim in the same namespace belongs to another cell, and so does a
+    // claim another cell of this location marked as its own.
+    controller_claim(&world, &cell_id, "elsewhere", "u1", "ord").await;
+    controller_claim(&world, "another-cell", "theirs", "u2", "dfw").await;
     cell.apply_object(shard(
         "kept",
         kept.trim_end_matches("/128"),

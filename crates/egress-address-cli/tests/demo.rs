@@ -32,8 +32,13 @@ fn demo_once_addresses_every_shard_and_prints_the_table() {
             "inside the documentation prefix: {row}"
         );
         assert!(
-            cols[2].starts_with("IPClaim/egress-shard-ipv6.egress.shard-"),
+            cols[2].starts_with("IPClaim/egress-shard-ipv6.") && cols[2].contains(".egress.shard-"),
             "holder: {row}"
+        );
+        assert_ne!(
+            address.segments()[4..],
+            [0, 0, 0, 0],
+            "never a subnet-router anycast address: {row}"
         );
         assert!(row.ends_with(" ms"), "time to address: {row}");
         addresses.insert(address);

@@ -133,6 +133,9 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
         .unwrap();
     let cell = lp.cell();
     let platform = lp.project(PROJECT).unwrap();
+    let cell_id = common::kube_system_uid(&cell);
+    let claim_name =
+        |shard: &str| egress_address::ipam::naming::claim_name(&cell_id, SHARD_NS, shard);
     for d in &grants.cell {
         cell.apply_object(d.clone()).unwrap();
     }
@@ -146,7 +149,7 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
         platform.apply_object(d).unwrap();
     }
     // An address an earlier claim of the same name retained: the controller must adopt it.
-    let adopt_claim = egress_address::naming::claim_name(SHARD_NS, "s-adopt");
+    let adopt_claim = claim_name("s-adopt");
     platform
         .apply_object(ipam_claim(&adopt_claim, "s-adopt", "Retain"))
         .unwrap();
@@ -167,7 +170,7 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
         "retained"
     );
     // A claim under another shard's name: refused on every re-check, so its event repeats (a patch).
-    let collide_claim = egress_address::naming::claim_name(SHARD_NS, "s-collide");
+    let collide_claim = claim_name("s-collide");
     let mut foreign = ipam_claim(&collide_claim, "someone-else", "Delete");
     foreign["metadata"]["annotations"]["cloud.datumapis.com/egress-shard-namespace"] =
         json!("elsewhere");
@@ -233,7 +236,7 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
             shards.delete("s-gone", &Default::default()).await.unwrap();
             deleted = true;
         }
-        let gone_claim = egress_address::naming::claim_name(SHARD_NS, "s-gone");
+        let gone_claim = claim_name("s-gone");
         let released = deleted
             && running
                 .project(PROJECT)
@@ -318,7 +321,7 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
     let verbs = grants.verbs();
     assert_eq!(
         verbs.len(),
-        4 + 2 + 3 + 3 + 1,
+        4 + 2 + 1 + 3 + 3 + 1,
         "every verb of every rule: {verbs:?}"
     );
     for verb in &verbs {

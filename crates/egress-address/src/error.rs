@@ -1,6 +1,6 @@
 //! The library's error type.
 
-use crate::claim::ClaimError;
+use crate::ipam::claim::ClaimError;
 
 /// Everything that can go wrong, each with a stable [`metric_label`](Error::metric_label).
 #[derive(Debug, thiserror::Error)]
@@ -14,6 +14,14 @@ pub enum Error {
     /// The cell's client could not be built from the environment.
     #[error("reach the cell's API server: {0}")]
     CellConfig(String),
+    /// The cell's identity could not be read (set `--cell-id`, or grant `get` on the
+    /// `kube-system` namespace).
+    #[error("determine the cell's identity: {reason}")]
+    CellIdentity {
+        reason: String,
+        #[source]
+        source: Option<kube::Error>,
+    },
     /// A shard could not be read live (nothing is released after this).
     #[error("read egress shard {shard:?}: {source}")]
     ReadShard {
@@ -80,6 +88,7 @@ impl Error {
             Error::Config(_) => "config",
             Error::Kubeconfig { .. } => "kubeconfig",
             Error::CellConfig(_) => "cell_config",
+            Error::CellIdentity { .. } => "cell_identity",
             Error::ReadShard { .. } => "read_shard",
             Error::Claim { .. } => "claim",
             Error::Assign { .. } => "assign",
@@ -99,14 +108,18 @@ impl Error {
             | Error::MarkServed { source, .. }
             | Error::Release { source, .. }
             | Error::Lease { source, .. } => Some(source),
-            Error::Claim { source, .. } => match source.as_ref() {
-                ClaimError::Create { source, .. } | ClaimError::ReadAllocation { source, .. } => {
-                    Some(source)
-                }
-                _ => None,
-            },
+            Error::Claim { source, .. } => source.kube_error(),
+            Error::CellIdentity { source, .. } => source.as_ref(),
             _ => None,
         }
+    }
+
+    /// Whether the failure came from the cell's API server (not IPAM).
+    pub fn is_cell_error(&self) -> bool {
+        matches!(
+            self,
+            Error::ReadShard { .. } | Error::Assign { .. } | Error::MarkServed { .. }
+        )
     }
 }
 

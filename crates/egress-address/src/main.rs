@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
-use egress_address::cli::{Args, LogFormat};
-use egress_address::{Controller, Metrics, admin, ipam};
+use egress_address::config::args::{Args, LogFormat};
+use egress_address::config::kubeconfig;
+use egress_address::runtime::admin;
+use egress_address::{Controller, Metrics, ipam};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -16,10 +18,13 @@ fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing(&args);
     // A shard's address is write-once: a misconfigured process must not reach even one shard.
-    if let Err(message) = args.check_required() {
-        error!("{message}");
-        return ExitCode::from(1);
-    }
+    let settings = match args.settings() {
+        Ok(settings) => settings,
+        Err(message) => {
+            error!("{message}");
+            return ExitCode::from(1);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -27,7 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run(args, settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             error!("{err:#}");
@@ -51,9 +56,7 @@ fn init_tracing(args: &Args) {
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    let settings = args.settings();
-    settings.validate().context("unable to create controller")?;
+async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<()> {
     let metrics_addr = admin::parse_bind_address(&args.admin.metrics_bind_address)
         .map_err(anyhow::Error::msg)
         .context("--metrics-bind-address")?;
@@ -61,7 +64,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)
         .context("--health-probe-bind-address")?;
 
-    let cell = cell_client(&args)
+    let cell = kubeconfig::cell_client(args.planes.kubeconfig.as_deref())
         .await
         .context("unable to start manager")?;
     let ipam = ipam::ipam_client(
@@ -108,19 +111,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let _ = server.await;
     }
     Ok(())
-}
-
-async fn cell_client(args: &Args) -> anyhow::Result<kube::Client> {
-    let config = match &args.planes.kubeconfig {
-        // KUBECONFIG may list several files; kube's own inference merges those.
-        Some(path) if !path.as_os_str().is_empty() && !path.to_string_lossy().contains(':') => {
-            ipam::config_from_kubeconfig(path).await?
-        }
-        _ => kube::Config::infer()
-            .await
-            .context("no kubeconfig given and none could be inferred")?,
-    };
-    Ok(kube::Client::try_from(config)?)
 }
 
 async fn shutdown_signal() {

@@ -1,63 +1,20 @@
 //! The controller's metrics (`prometheus-client`), all under the prefix `egress_address`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::fmt::Write as _;
-
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::ShardKey;
-
 /// Prefix of every metric name.
 pub const PREFIX: &str = "egress_address";
 
-/// Where a shard stands, as far as its address goes.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum ShardState {
-    /// Address and ref recorded.
-    Addressed,
-    /// Waiting: no claim yet, or a claim IPAM has not bound.
-    Pending,
-    /// IPAM refused, answered unusably, or the claim name belongs to another shard.
-    Refused,
-    /// Addressed without a ref: nothing says which IPAM record holds the address.
-    Unattributable,
-}
-
-impl ShardState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ShardState::Addressed => "addressed",
-            ShardState::Pending => "pending",
-            ShardState::Refused => "refused",
-            ShardState::Unattributable => "unattributable",
-        }
-    }
-
-    pub const ALL: [ShardState; 4] = [
-        ShardState::Addressed,
-        ShardState::Pending,
-        ShardState::Refused,
-        ShardState::Unattributable,
-    ];
-}
-
-impl EncodeLabelValue for ShardState {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.write_str(self.as_str())
-    }
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
-    state: ShardState,
+    state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -93,12 +50,13 @@ fn seconds_histogram() -> Histogram {
 #[derive(Clone)]
 pub struct Metrics {
     shards: Family<StateLabels, Gauge>,
-    states: Arc<Mutex<HashMap<ShardKey, ShardState>>>,
     claim_outcomes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histogram,
     ipam_requests: Family<RequestLabels, Counter>,
     ipam_request_duration: HistogramFamily<VerbLabels>,
     leader: Gauge,
+    ipam_up: Gauge,
+    cell_up: Gauge,
     drift: Family<DriftLabels, Counter>,
     events_dropped: Counter,
     events_waiting: Gauge,
@@ -137,6 +95,16 @@ impl Metrics {
             m.leader.clone(),
         );
         r.register(
+            "ipam_up",
+            "1 while IPAM's latest answer accepted the credential, 0 while it is unreachable or refuses it",
+            m.ipam_up.clone(),
+        );
+        r.register(
+            "cell_up",
+            "1 while the cell's API server answers and accepts the credential, 0 otherwise",
+            m.cell_up.clone(),
+        );
+        r.register(
             "drift",
             "Addressed shards whose recorded holder is gone or holds another address",
             m.drift.clone(),
@@ -163,40 +131,41 @@ impl Metrics {
     pub fn unregistered() -> Self {
         let m = Self {
             shards: Family::default(),
-            states: Arc::default(),
             claim_outcomes: Family::default(),
             reconcile_duration: seconds_histogram(),
             ipam_requests: Family::default(),
             ipam_request_duration: Family::new_with_constructor(seconds_histogram),
             leader: Gauge::default(),
+            ipam_up: Gauge::default(),
+            cell_up: Gauge::default(),
             drift: Family::default(),
             events_dropped: Counter::default(),
             events_waiting: Gauge::default(),
             reconcile_panics: Counter::default(),
         };
-        for state in ShardState::ALL {
+        for state in ["addressed", "pending", "refused", "unattributable"] {
             m.shards.get_or_create(&StateLabels { state }).set(0);
         }
         m
     }
 
-    pub fn set_shard_state(&self, key: &ShardKey, state: ShardState) {
-        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        let old = states.insert(key.clone(), state);
-        if old == Some(state) {
-            return;
-        }
-        if let Some(old) = old {
-            self.shards.get_or_create(&StateLabels { state: old }).dec();
-        }
-        self.shards.get_or_create(&StateLabels { state }).inc();
+    /// Shards in a state, as the per-shard memory counts them.
+    pub fn set_shards(&self, state: &'static str, count: i64) {
+        self.shards.get_or_create(&StateLabels { state }).set(count);
     }
 
-    pub fn forget_shard(&self, key: &ShardKey) {
-        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = states.remove(key) {
-            self.shards.get_or_create(&StateLabels { state: old }).dec();
-        }
+    pub fn shards_in(&self, state: &'static str) -> i64 {
+        self.shards.get_or_create(&StateLabels { state }).get()
+    }
+
+    /// Whether the cell's latest answer accepted the credential.
+    pub fn set_cell_up(&self, up: bool) {
+        self.cell_up.set(i64::from(up));
+    }
+
+    /// Whether IPAM's latest answer was an answer that accepted the credential.
+    pub fn set_ipam_up(&self, up: bool) {
+        self.ipam_up.set(i64::from(up));
     }
 
     pub fn set_events_waiting(&self, n: usize) {
@@ -214,18 +183,6 @@ impl Metrics {
 
     pub fn reconcile_panics(&self) -> u64 {
         self.reconcile_panics.get()
-    }
-
-    pub fn shard_state(&self, key: &ShardKey) -> Option<ShardState> {
-        self.states
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .copied()
-    }
-
-    pub fn shards_in(&self, state: ShardState) -> i64 {
-        self.shards.get_or_create(&StateLabels { state }).get()
     }
 
     pub fn claim_outcome(&self, outcome: &str) {
@@ -309,25 +266,6 @@ pub fn encode(registry: &Registry) -> String {
 mod tests {
     use super::*;
 
-    fn key(name: &str) -> ShardKey {
-        ShardKey::new("ns", name)
-    }
-
-    #[test]
-    fn shard_states_count_each_shard_once() {
-        let m = Metrics::unregistered();
-        m.set_shard_state(&key("a"), ShardState::Pending);
-        m.set_shard_state(&key("a"), ShardState::Pending);
-        m.set_shard_state(&key("b"), ShardState::Pending);
-        assert_eq!(m.shards_in(ShardState::Pending), 2);
-        m.set_shard_state(&key("a"), ShardState::Addressed);
-        assert_eq!(m.shards_in(ShardState::Pending), 1);
-        assert_eq!(m.shards_in(ShardState::Addressed), 1);
-        m.forget_shard(&key("a"));
-        m.forget_shard(&key("a"));
-        assert_eq!(m.shards_in(ShardState::Addressed), 0);
-    }
-
     #[test]
     fn the_exposition_names_every_metric_with_the_prefix() {
         let mut registry = Registry::default();
@@ -336,6 +274,7 @@ mod tests {
         m.ipam_request("create", "ipclaims", 201, Duration::from_millis(3));
         m.set_leader(true);
         m.drift("missing");
+        m.set_ipam_up(true);
         m.reconcile_took(Duration::from_millis(1));
         let text = encode(&registry);
         for needle in [
@@ -347,6 +286,7 @@ mod tests {
             "egress_address_drift_total{kind=\"missing\"} 1",
             "egress_address_reconcile_duration_seconds_count 1",
             "egress_address_events_dropped_total 0",
+            "egress_address_ipam_up 1",
             "# EOF",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");

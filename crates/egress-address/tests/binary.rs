@@ -331,7 +331,7 @@ async fn the_binary_end_to_end_with_a_restart() {
         .delete("during", &Default::default())
         .await
         .unwrap();
-    let claim = egress_address::naming::claim_name(SHARD_NS, "during");
+    let claim = plane.claim_name("during");
     eventually(10, "the released claim", || async {
         plane.claim_now(&claim).is_none().then_some(())
     })

@@ -8,17 +8,32 @@ use std::time::Duration;
 
 use common::*;
 use egress_address::Metrics;
-use egress_address::events::{Notifier, reason};
-use egress_address::leader::LeaderToken;
+use egress_address::reconcile::{Note, reason};
+use egress_address::runtime::events::Notifier;
+use egress_address::runtime::leader::LeaderToken;
+use egress_address::shard::{ShardKey, ShardMemory};
+use egress_api::shard::EgressShard;
 use tokio_util::sync::CancellationToken;
 
-fn notifier(plane: &Plane, metrics: &Metrics) -> Notifier {
-    Notifier::new(
+fn notifier(plane: &Plane, metrics: &Metrics) -> (Notifier, Arc<ShardMemory>) {
+    let memory = Arc::new(ShardMemory::new(metrics.clone()));
+    let notifier = Notifier::new(
         plane.cell(),
         "test-instance",
+        memory.clone(),
         LeaderToken::always(),
         metrics.clone(),
         Duration::from_secs(3600),
+    );
+    (notifier, memory)
+}
+
+fn assigned(memory: &ShardMemory, shard: &EgressShard, address: &str) -> Note {
+    memory.observe(&ShardKey::of(shard), shard);
+    Note::normal(
+        shard,
+        reason::ADDRESS_ASSIGNED,
+        format!("Assigned {address}"),
     )
 }
 
@@ -27,27 +42,24 @@ async fn events_wait_while_shards_are_being_addressed() {
     let plane = Plane::start().await;
     let shard = plane.create_shard("busy-1").await;
     let metrics = Metrics::unregistered();
-    let notifier = notifier(&plane, &metrics);
+    let (notifier, memory) = notifier(&plane, &metrics);
     let busy = Arc::new(AtomicBool::new(true));
     let stop = CancellationToken::new();
     let publisher = tokio::spawn(notifier.clone().run(stop.clone(), Duration::from_secs(1), {
         let busy = busy.clone();
         move || busy.load(Ordering::SeqCst)
     }));
-    notifier
-        .normal(
-            &shard,
-            reason::ADDRESS_ASSIGNED,
-            "Assigned 2001:db8::1".into(),
-        )
-        .await;
+    notifier.publish(assigned(&memory, &shard, "2001:db8::1"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         plane.event_reasons("busy-1").await.is_empty(),
         "an event goes out while reconciles are busy"
     );
-    assert_eq!(notifier.waiting(), 1, "the held event is kept");
-    assert_eq!(metrics.events_waiting(), 1, "and shown in the gauge");
+    assert_eq!(
+        metrics.events_waiting(),
+        1,
+        "the held event is kept and shown in the gauge"
+    );
 
     busy.store(false, Ordering::SeqCst);
     let reasons = eventually(5, "the held event sent once idle", || async {
@@ -56,7 +68,6 @@ async fn events_wait_while_shards_are_being_addressed() {
     })
     .await;
     assert_eq!(reasons, [reason::ADDRESS_ASSIGNED]);
-    assert_eq!(notifier.waiting(), 0);
     assert_eq!(metrics.events_waiting(), 0);
     stop.cancel();
     publisher.await.unwrap();
@@ -67,20 +78,14 @@ async fn a_stopping_publisher_flushes_what_it_held() {
     let plane = Plane::start().await;
     let shard = plane.create_shard("busy-2").await;
     let metrics = Metrics::unregistered();
-    let notifier = notifier(&plane, &metrics);
+    let (notifier, memory) = notifier(&plane, &metrics);
     let stop = CancellationToken::new();
     let publisher = tokio::spawn(notifier.clone().run(
         stop.clone(),
         Duration::from_secs(2),
         || true,
     ));
-    notifier
-        .normal(
-            &shard,
-            reason::ADDRESS_ASSIGNED,
-            "Assigned 2001:db8::2".into(),
-        )
-        .await;
+    notifier.publish(assigned(&memory, &shard, "2001:db8::2"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(plane.event_reasons("busy-2").await.is_empty());
     stop.cancel();

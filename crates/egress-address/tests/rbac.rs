@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::*;
 use egress_address::LeaderElection;
-use egress_address::naming::claim_name;
 use kube::api::{DeleteParams, PostParams};
 use localplane::{Identity, LocalPlane};
 
@@ -47,6 +46,7 @@ async fn the_shipped_grants_cover_every_request() {
         .unwrap();
     lp.set_kubeconfig_dir(dir.path());
     let plane = Plane { lp, dir };
+    plane.ensure_kube_system();
 
     let mut s = settings();
     s.drift_check_interval = Duration::from_millis(300);
@@ -66,15 +66,8 @@ async fn the_shipped_grants_cover_every_request() {
     let ctl = start_controller_with(s, cell, ipam).await;
 
     // Claim, adopt a retained allocation, release, drift-check: every verb the controller uses.
-    let name = claim_name(SHARD_NS, "adopted");
-    let mut earlier =
-        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
-            class_name: CLASS,
-            claim_namespace: CLAIM_NS,
-            location: LOCATION,
-            shard_namespace: SHARD_NS,
-            shard_name: "adopted",
-        });
+    let name = plane.claim_name("adopted");
+    let mut earlier = plane.desired_claim("adopted", "an-earlier-incarnation");
     earlier.spec.reclaim_policy = "Retain".into();
     plane
         .claims()
@@ -102,7 +95,7 @@ async fn the_shipped_grants_cover_every_request() {
         .unwrap();
     eventually(10, "the release", || async {
         plane
-            .claim_now(&claim_name(SHARD_NS, "fresh"))
+            .claim_now(&plane.claim_name("fresh"))
             .is_none()
             .then_some(())
     })

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use egress_address::naming::{ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, claim_name};
+use egress_address::ipam::naming::{
+    ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
+};
 use egress_api::ipam::IPClaim;
 use egress_api::shard::{AddressClaimRef, LABEL_EGRESS_IPV6};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -45,7 +47,7 @@ async fn a_new_shard_costs_exactly_two_requests() {
         && k.resource.starts_with("egressshards")
         && k.code == 200));
 
-    let claim = plane.claim_now(&claim_name(SHARD_NS, "worker-1")).unwrap();
+    let claim = plane.claim_now(&plane.claim_name("worker-1")).unwrap();
     let cidr = claim.status.unwrap().allocated_cidr;
     assert_eq!(format!("{}/128", shard.spec.shard_address_ipv6), cidr);
     assert_eq!(
@@ -55,13 +57,18 @@ async fn a_new_shard_costs_exactly_two_requests() {
             kind: "IPClaim".into(),
             project: PLATFORM.into(),
             namespace: CLAIM_NS.into(),
-            name: claim_name(SHARD_NS, "worker-1"),
+            name: plane.claim_name("worker-1"),
         })
     );
     assert_eq!(label(&shard).as_deref(), Some("true"));
     let annotations = claim.metadata.annotations.unwrap();
     assert_eq!(annotations[ANNOTATION_SHARD_NAMESPACE], SHARD_NS);
     assert_eq!(annotations[ANNOTATION_SHARD_NAME], "worker-1");
+    assert_eq!(
+        Some(&annotations[ANNOTATION_SHARD_UID]),
+        shard.metadata.uid.as_ref()
+    );
+    assert_eq!(annotations[ANNOTATION_CELL], plane.cell_id());
     assert!(claim.metadata.owner_references.is_none());
 
     // Events go out from a background publisher, just after the write.
@@ -127,7 +134,7 @@ async fn a_hand_set_address_gets_the_label_only() {
         got.spec.shard_address_ipv6_claim_ref.is_none(),
         "no invented ref"
     );
-    assert!(plane.claim_now(&claim_name(SHARD_NS, "manual")).is_none());
+    assert!(plane.claim_now(&plane.claim_name("manual")).is_none());
     let reqs = plane.work_requests();
     assert_eq!(plane.work_request_total(), 1, "{reqs:#?}");
     ctl.stop().await.unwrap();
@@ -165,7 +172,7 @@ async fn a_deleting_shard_is_left_alone() {
     assert!(
         plane
             .claims()
-            .get_opt(&claim_name(SHARD_NS, "draining"))
+            .get_opt(&plane.claim_name("draining"))
             .await
             .unwrap()
             .is_none()
@@ -179,7 +186,7 @@ async fn a_deleted_shard_has_its_claim_deleted() {
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("gone").await;
     addressed(&plane, "gone").await;
-    let name = claim_name(SHARD_NS, "gone");
+    let name = plane.claim_name("gone");
     assert!(plane.claims().get_opt(&name).await.unwrap().is_some());
     plane
         .shards()
@@ -197,7 +204,7 @@ async fn a_failed_read_releases_nothing() {
     plane.create_shard("kept").await;
     addressed(&plane, "kept").await;
     settle().await;
-    let name = claim_name(SHARD_NS, "kept");
+    let name = plane.claim_name("kept");
     plane.set_faults(vec![fault("cell", "get", "egressshards", 500)]);
     plane
         .shards()
@@ -233,16 +240,9 @@ async fn a_failed_read_releases_nothing() {
 #[tokio::test]
 async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     let plane = Plane::start().await;
-    let name = claim_name(SHARD_NS, "reborn");
+    let name = plane.claim_name("reborn");
     // An earlier claim of the same identity, released under Retain, leaves its allocation held.
-    let mut earlier: IPClaim =
-        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
-            class_name: CLASS,
-            claim_namespace: CLAIM_NS,
-            location: LOCATION,
-            shard_namespace: SHARD_NS,
-            shard_name: "reborn",
-        });
+    let mut earlier: IPClaim = plane.desired_claim("reborn", "an-earlier-incarnation");
     earlier.spec.reclaim_policy = "Retain".into();
     let earlier = plane
         .claims()
@@ -364,11 +364,7 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
         .filter(|e| e.reason.as_deref() == Some("ClaimRefused"))
         .count();
     assert_eq!(refused_events, 1, "repeats are aggregated");
-    assert_eq!(
-        ctl.metrics
-            .shards_in(egress_address::metrics::ShardState::Refused),
-        1
-    );
+    assert_eq!(ctl.metrics.shards_in("refused"), 1);
     plane.clear_faults();
     addressed(&plane, "full").await;
     ctl.stop().await.unwrap();
@@ -397,14 +393,7 @@ async fn a_missing_class_is_refused_by_name() {
 #[tokio::test]
 async fn a_claim_made_for_another_shard_is_refused() {
     let plane = Plane::start().await;
-    let mut other =
-        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
-            class_name: CLASS,
-            claim_namespace: CLAIM_NS,
-            location: LOCATION,
-            shard_namespace: SHARD_NS,
-            shard_name: "twin",
-        });
+    let mut other = plane.desired_claim("twin", "some-uid");
     other.metadata.annotations = Some(BTreeMap::from([
         (
             ANNOTATION_SHARD_NAMESPACE.to_string(),
@@ -430,7 +419,7 @@ async fn a_claim_made_for_another_shard_is_refused() {
     assert!(
         plane
             .claims()
-            .get_opt(&claim_name(SHARD_NS, "twin"))
+            .get_opt(&plane.claim_name("twin"))
             .await
             .unwrap()
             .is_some()
@@ -441,24 +430,18 @@ async fn a_claim_made_for_another_shard_is_refused() {
 #[tokio::test]
 async fn an_older_ipam_answering_a_duplicate_with_a_bare_500_is_handled() {
     let plane = Plane::start().await;
-    // Our own claim from an earlier run exists; this IPAM answers its re-create with a 500.
-    let ours =
-        egress_address::claim_spec::desired_claim(&egress_address::claim_spec::ClaimRequest {
-            class_name: CLASS,
-            claim_namespace: CLAIM_NS,
-            location: LOCATION,
-            shard_namespace: SHARD_NS,
-            shard_name: "again",
-        });
+    // Our own claim for this shard from an earlier run exists; this IPAM answers its re-create
+    // with a 500.
+    let created = plane.create_shard("again").await;
+    let ours = plane.desired_claim("again", created.metadata.uid.as_deref().unwrap());
     let ours = plane
         .claims()
         .create(&PostParams::default(), &ours)
         .await
         .unwrap();
     plane.set_faults(vec![fault(PLATFORM, "create", "ipclaims", 500)]);
-    let ctl = start_controller(&plane, settings()).await;
     plane.reset_counters();
-    plane.create_shard("again").await;
+    let ctl = start_controller(&plane, settings()).await;
     let shard = addressed(&plane, "again").await;
     assert_eq!(
         format!("{}/128", shard.spec.shard_address_ipv6),
@@ -469,10 +452,10 @@ async fn an_older_ipam_answering_a_duplicate_with_a_bare_500_is_handled() {
         "IPClaim"
     );
     settle().await;
-    // create (500) + get claim + update, plus the test's shard create.
+    // create (500) + get claim + update.
     assert_eq!(
         plane.work_request_total(),
-        4,
+        3,
         "{:#?}",
         plane.work_requests()
     );
@@ -563,7 +546,7 @@ async fn a_long_shard_name_uses_the_hashed_claim_name_end_to_end() {
     let long = format!("node-{}", vec!["a".repeat(58); 4].join("."));
     plane.create_shard(&long).await;
     let shard = addressed(&plane, &long).await;
-    let name = claim_name(SHARD_NS, &long);
+    let name = plane.claim_name(&long);
     assert_eq!(name.len(), 253);
     assert_eq!(shard.spec.shard_address_ipv6_claim_ref.unwrap().name, name);
     let claim = plane.claim_now(&name).unwrap();
@@ -600,7 +583,7 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
     .await;
     plane.clear_faults();
     let shard = addressed(&plane, "raced").await;
-    let name = claim_name(SHARD_NS, "raced");
+    let name = plane.claim_name("raced");
     let claim = plane.claim_now(&name).unwrap();
     assert_eq!(
         format!("{}/128", shard.spec.shard_address_ipv6),

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use common::*;
 use egress_address::LeaderElection;
-use egress_address::naming::claim_name;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, PostParams};
@@ -167,9 +166,7 @@ async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
     plane.create_shard("in-flight").await;
     // Stop once the claim exists: the shard update is then on the wire.
     eventually(5, "the claim", || async {
-        plane
-            .claim_now(&claim_name(SHARD_NS, "in-flight"))
-            .map(|_| ())
+        plane.claim_now(&plane.claim_name("in-flight")).map(|_| ())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -202,7 +199,7 @@ async fn drift_is_reported_and_never_rewritten() {
     // Someone deletes the claim behind the controller's back.
     plane
         .claims()
-        .delete(&claim_name(SHARD_NS, "drifter"), &DeleteParams::default())
+        .delete(&plane.claim_name("drifter"), &DeleteParams::default())
         .await
         .unwrap();
     eventually(10, "an AddressDrift event", || async {
@@ -250,10 +247,21 @@ async fn a_refused_cell_credential_is_never_ready() {
     )
     .unwrap();
     let handle = controller.handle();
-    let task = tokio::spawn(controller.run(tokio::time::sleep(Duration::from_secs(2))));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!handle.is_ready());
-    task.await.unwrap().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async move {
+        let _ = stopped.await;
+    }));
+    let reasons = eventually(5, "the refusal reported", || async {
+        let r = handle.not_ready_because();
+        r.contains(&"the cell refuses the controller's credential")
+            .then_some(r)
+    })
+    .await;
+    assert!(!handle.is_ready(), "{reasons:?}");
+    let _ = stop.send(());
+    task.await
+        .unwrap()
+        .expect("a refused credential keeps the controller up, not ready");
 }
 
 #[tokio::test]

@@ -62,11 +62,11 @@ impl Run {
         self.by_verb.values().sum()
     }
 
-    /// The one-time initial sync (list and watch of shards).
+    /// The one-time initial sync (the cell's identity, list and watch of shards).
     pub fn startup_requests(&self) -> u64 {
         self.by_verb
             .iter()
-            .filter(|((_, v), _)| v == "list" || v == "watch" || v == "discovery")
+            .filter(|((_, v), _)| matches!(v.as_str(), "list" | "watch" | "discovery" | "identity"))
             .map(|(_, n)| n)
             .sum()
     }

@@ -63,3 +63,17 @@ pub fn documents(path: &str) -> Vec<Value> {
         .filter(|d| d.is_object())
         .collect()
 }
+
+/// The UID of the cell's kube-system namespace (the controller's default cell identity),
+/// creating the namespace first if this localplane has none.
+pub fn kube_system_uid(cell: &localplane::Plane) -> String {
+    let key = localplane::ResourceKey::new("", "namespaces");
+    if cell.object(&key, None, "kube-system").is_none() {
+        cell.apply_object(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}))
+            .unwrap();
+    }
+    cell.object(&key, None, "kube-system").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}

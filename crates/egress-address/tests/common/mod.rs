@@ -63,7 +63,51 @@ impl Plane {
             .expect("localplane builds");
         let mut lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
         lp.set_kubeconfig_dir(dir.path());
-        Plane { lp, dir }
+        let plane = Plane { lp, dir };
+        plane.ensure_kube_system();
+        plane
+    }
+
+    /// Every cluster has kube-system; its UID is the cell's identity.
+    pub fn ensure_kube_system(&self) {
+        if self.cell_id_now().is_none() {
+            self.lp
+                .cell()
+                .apply_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}))
+                .unwrap();
+        }
+    }
+
+    fn cell_id_now(&self) -> Option<String> {
+        let ns = self
+            .lp
+            .cell()
+            .object(&ResourceKey::new("", "namespaces"), None, "kube-system")?;
+        ns["metadata"]["uid"].as_str().map(str::to_string)
+    }
+
+    /// The cell's identity as the controller reads it: the kube-system namespace's UID.
+    pub fn cell_id(&self) -> String {
+        self.cell_id_now().expect("kube-system exists")
+    }
+
+    /// The claim the controller makes for a shard of this cell.
+    pub fn claim_name(&self, shard: &str) -> String {
+        egress_address::ipam::naming::claim_name(&self.cell_id(), SHARD_NS, shard)
+    }
+
+    /// The claim the controller would make for one incarnation of a shard.
+    pub fn desired_claim(&self, shard: &str, uid: &str) -> IPClaim {
+        let cell = self.cell_id();
+        egress_address::ipam::spec::desired_claim(&egress_address::ipam::spec::ClaimRequest {
+            class_name: CLASS,
+            claim_namespace: CLAIM_NS,
+            location: LOCATION,
+            cell: &cell,
+            shard_namespace: SHARD_NS,
+            shard_name: shard,
+            shard_uid: uid,
+        })
     }
 
     pub fn cell(&self) -> Client {

@@ -6,7 +6,13 @@
 //! read) or `create`, so a 409 means someone else wrote it first: leadership is lost, never
 //! shared. Expiry is judged by how long the lease has looked unchanged on our own clock, not by
 //! comparing its `renewTime` with our clock, so clock skew between instances cannot elect two.
+//!
+//! Every renewal also carries the leader's release watermark (an annotation naming the DELETED
+//! event up to which every deleted shard's claim is released), and every standby's look at the
+//! lease drops those deletions from its memory: a standby remembers only what is still pending,
+//! however long it waits and however many shards come and go.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,9 +26,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::Error;
-use crate::ipam_error::{is_conflict, is_not_found};
+use crate::config::LeaderElection;
+use crate::kube_status::{is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
-use crate::settings::LeaderElection;
+use crate::reconcile::WriteGate;
+use crate::shard::ShardMemory;
+
+/// Lease annotation carrying the leader's release watermark.
+pub const ANNOTATION_RELEASED_THROUGH: &str = "cloud.datumapis.com/egress-address-released-through";
 
 struct TokenState {
     always: bool,
@@ -66,15 +77,6 @@ impl LeaderToken {
         until.is_some_and(|t| Instant::now() < t)
     }
 
-    /// `Err(NotLeader)` unless a write may be made now.
-    pub fn check(&self) -> Result<(), Error> {
-        if self.is_leader() {
-            Ok(())
-        } else {
-            Err(Error::NotLeader)
-        }
-    }
-
     /// Grants writes until `until`.
     pub fn grant(&self, until: Instant) {
         *self.inner.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
@@ -111,6 +113,12 @@ impl LeaderToken {
     }
 }
 
+impl WriteGate for LeaderToken {
+    fn may_write(&self) -> bool {
+        self.is_leader()
+    }
+}
+
 /// Acquires and renews the lease, and releases it on stop.
 pub struct Elector {
     api: Api<Lease>,
@@ -118,6 +126,7 @@ pub struct Elector {
     identity: String,
     token: LeaderToken,
     metrics: Metrics,
+    memory: Arc<ShardMemory>,
     /// The lease's resourceVersion and when we first saw it.
     observed: Option<(String, Instant)>,
     /// The lease as our last write left it: a renewal PUTs on top of it without reading first,
@@ -132,6 +141,7 @@ impl Elector {
         identity: String,
         token: LeaderToken,
         metrics: Metrics,
+        memory: Arc<ShardMemory>,
     ) -> Self {
         Self {
             api,
@@ -139,6 +149,7 @@ impl Elector {
             identity,
             token,
             metrics,
+            memory,
             observed: None,
             held: None,
         }
@@ -216,6 +227,7 @@ impl Elector {
         let now = MicroTime(jiff::Timestamp::now());
         let name = self.config.lease_name.clone();
         if let Some(mut ours) = self.held.take() {
+            self.stamp_watermark(&mut ours);
             let spec = ours.spec.get_or_insert_with(LeaseSpec::default);
             spec.renew_time = Some(now.clone());
             spec.lease_duration_seconds = Some(self.duration_secs());
@@ -231,7 +243,7 @@ impl Elector {
         let current = match self.api.get(&name).await {
             Ok(lease) => lease,
             Err(e) if is_not_found(&e) => {
-                let lease = Lease {
+                let mut lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
                         namespace: Some(self.config.namespace.clone()),
@@ -246,17 +258,13 @@ impl Elector {
                         ..Default::default()
                     }),
                 };
+                self.stamp_watermark(&mut lease);
                 return match self.api.create(&PostParams::default(), &lease).await {
                     Ok(created) => {
                         self.held = Some(created);
                         Ok(true)
                     }
-                    Err(e)
-                        if is_conflict(&e)
-                            || matches!(&e, kube::Error::Api(s) if s.reason == "AlreadyExists") =>
-                    {
-                        Ok(false)
-                    }
+                    Err(e) if is_conflict(&e) || is_already_exists(&e) => Ok(false),
                     Err(e) => Err(self.lease_error(e)),
                 };
             }
@@ -264,12 +272,22 @@ impl Elector {
         };
         let spec = current.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
+        if holder != self.identity
+            && let Some(through) = current
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_RELEASED_THROUGH))
+        {
+            self.memory.drop_released_through(through);
+        }
         let rv = current
             .metadata
             .resource_version
             .clone()
             .unwrap_or_default();
         let mut next = current.clone();
+        self.stamp_watermark(&mut next);
         let next_spec = next.spec.get_or_insert_with(LeaseSpec::default);
         if holder == self.identity {
             next_spec.renew_time = Some(now);
@@ -306,6 +324,17 @@ impl Elector {
         }
     }
 
+    /// Records what this leader has released, for the standbys.
+    fn stamp_watermark(&self, lease: &mut Lease) {
+        if let Some(through) = self.memory.release_watermark() {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ANNOTATION_RELEASED_THROUGH.to_string(), through);
+        }
+    }
+
     /// Clears the holder, if it is still us, so the next candidate takes over at once.
     async fn release(&self) -> Result<(), Error> {
         let name = &self.config.lease_name;
@@ -335,7 +364,7 @@ mod tests {
     async fn a_token_grants_until_its_deadline() {
         let token = LeaderToken::elected();
         assert!(!token.is_leader());
-        assert!(matches!(token.check(), Err(Error::NotLeader)));
+        assert!(!token.may_write());
         token.grant(Instant::now() + Duration::from_secs(10));
         assert!(token.is_leader());
         tokio::time::sleep(Duration::from_secs(11)).await;

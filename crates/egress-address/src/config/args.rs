@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args as ClapArgs, Parser, ValueEnum};
 
-use crate::duration::parse_duration;
-use crate::settings::{LeaderElection, Settings, default_identity};
-use crate::workqueue::Backoff;
+use super::duration::parse_duration;
+use super::settings::{Backoff, LeaderElection, Settings, default_identity};
 
 /// Gives every EgressShard of this cell its public IPv6 address, claimed from Milo IPAM.
 #[derive(Debug, Clone, Parser)]
@@ -43,6 +42,10 @@ pub struct ClaimArgs {
     /// The project whose control plane serves platform allocations.
     #[arg(long, env = "PLATFORM_PROJECT", default_value = "")]
     pub platform_project: String,
+    /// This cell's identity, recorded on every claim (two cells of one location never share a
+    /// claim). Unset: the UID of the cell's kube-system namespace.
+    #[arg(long, env = "CELL_ID")]
+    pub cell_id: Option<String>,
 }
 
 /// How the two planes are reached.
@@ -114,8 +117,8 @@ pub struct TuningArgs {
     /// Re-check interval of refused claims (nothing watches IPAM).
     #[arg(long, env = "EGRESS_ADDRESS_RECHECK_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub recheck_interval: Duration,
-    /// Interval of the drift check; 0 turns it off.
-    #[arg(long, env = "EGRESS_ADDRESS_DRIFT_CHECK_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    /// Every addressed shard's holder is checked once per interval, spread over it; 0 turns it off.
+    #[arg(long, env = "EGRESS_ADDRESS_DRIFT_CHECK_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub drift_check_interval: Duration,
     /// The same event on the same shard is repeated no sooner than this.
     #[arg(long, env = "EGRESS_ADDRESS_EVENT_REPEAT_INTERVAL", default_value = "1h", value_parser = parse_duration)]
@@ -147,7 +150,7 @@ impl Args {
     /// The reference's startup refusals, in its order, then the claim namespace. An empty value
     /// counts as missing: the Deployment sets `LOCATION=""` on purpose so that a pod without an
     /// overlay refuses to start.
-    pub fn check_required(&self) -> Result<(), String> {
+    fn check_required(&self) -> Result<(), String> {
         let required = [
             ("--address-class-ipv6", &self.claim.address_class_ipv6),
             ("--location", &self.claim.location),
@@ -163,13 +166,23 @@ impl Args {
         Ok(())
     }
 
-    pub fn settings(&self) -> Settings {
+    /// The settings these flags ask for: required flags first (named as flags), then the
+    /// settings' own checks.
+    pub fn settings(&self) -> Result<Settings, String> {
+        self.check_required()?;
+        let settings = self.unchecked_settings();
+        settings.validate().map_err(|e| e.to_string())?;
+        Ok(settings)
+    }
+
+    fn unchecked_settings(&self) -> Settings {
         let mut s = Settings::new(
             self.claim.address_class_ipv6.clone(),
             self.claim.location.clone(),
             self.claim.platform_project.clone(),
         );
         s.claim_namespace = self.claim.claim_namespace.clone();
+        s.cell_id = self.claim.cell_id.clone();
         s.shard_namespace = self
             .planes
             .shard_namespace
@@ -230,11 +243,10 @@ mod tests {
             "--ipam-kubeconfig=/etc/ipam-cluster/kubeconfig",
         ]);
         assert!(a.leader.leader_elect);
-        assert!(a.check_required().is_ok());
-        let s = a.settings();
+        let s = a.settings().unwrap();
         assert_eq!(s.claim_namespace, "default");
         assert!(s.leader_election.is_some());
-        assert!(s.validate().is_ok());
+        assert_eq!(s.cell_id, None);
     }
 
     #[test]
@@ -244,37 +256,39 @@ mod tests {
         off.push("--leader-elect=false");
         let a = parse(&off);
         assert!(!a.leader.leader_elect);
-        assert!(a.settings().leader_election.is_none());
+        assert!(a.settings().unwrap().leader_election.is_none());
     }
 
     #[test]
     fn missing_or_empty_values_are_named_in_the_reference_order() {
         let a = parse(&[]);
         assert_eq!(
-            a.check_required().unwrap_err(),
+            a.settings().unwrap_err(),
             "--address-class-ipv6 is required"
         );
         let a = parse(&["--address-class-ipv6=c", "--location="]);
-        assert_eq!(a.check_required().unwrap_err(), "--location is required");
+        assert_eq!(a.settings().unwrap_err(), "--location is required");
         let a = parse(&["--address-class-ipv6=c", "--location=l"]);
-        assert_eq!(
-            a.check_required().unwrap_err(),
-            "--platform-project is required"
-        );
+        assert_eq!(a.settings().unwrap_err(), "--platform-project is required");
         let a = parse(&[
             "--address-class-ipv6=c",
             "--location=l",
             "--platform-project=p",
         ]);
-        assert_eq!(
-            a.check_required().unwrap_err(),
-            "--ipam-kubeconfig is required"
-        );
+        assert_eq!(a.settings().unwrap_err(), "--ipam-kubeconfig is required");
         let mut no_ns = ALL.to_vec();
         no_ns.push("--claim-namespace=");
         assert_eq!(
-            parse(&no_ns).check_required().unwrap_err(),
+            parse(&no_ns).settings().unwrap_err(),
             "--claim-namespace is required"
+        );
+        let mut bad_cell = ALL.to_vec();
+        bad_cell.push("--cell-id= ");
+        assert!(
+            parse(&bad_cell)
+                .settings()
+                .unwrap_err()
+                .contains("cell identity")
         );
     }
 
@@ -289,7 +303,7 @@ mod tests {
             "--leader-election-renew-deadline=2s",
             "--leader-election-retry-period=500ms",
         ]);
-        let s = parse(&args).settings();
+        let s = parse(&args).settings().unwrap();
         assert_eq!(s.concurrency, 9);
         assert_eq!(s.recheck_interval, Duration::from_secs(30));
         assert!(s.drift_check_interval.is_zero());

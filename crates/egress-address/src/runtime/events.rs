@@ -1,78 +1,31 @@
-//! Events on shards (`events.k8s.io/v1`), without a storm: the same reason and message for the
-//! same shard is published again only after a long interval.
+//! Events on shards (`events.k8s.io/v1`), off the reconcile path and without a storm: the same
+//! reason and note for the same shard is published again only after a long interval (what was
+//! said lives in the shard's memory), and a repeat within six minutes patches the first event's
+//! `series` instead of creating another.
+//!
+//! kube's own `Recorder` is not used (see docs/architecture.md, "Events"): it rescans its whole
+//! cache on every publish, caches every event for six minutes (10,000 `AddressAssigned` events in
+//! a rollout), and names events past the 253-character limit for long shard names.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use egress_api::shard::EgressShard;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::events::{EventType, Reporter};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::ShardKey;
-use crate::leader::LeaderToken;
+use super::leader::LeaderToken;
+use crate::config::settings::CONTROLLER_NAME;
 use crate::metrics::Metrics;
-
-/// Event reasons.
-pub mod reason {
-    pub const ADDRESS_ASSIGNED: &str = "AddressAssigned";
-    pub const CLAIM_PENDING: &str = "ClaimPending";
-    pub const CLAIM_REFUSED: &str = "ClaimRefused";
-    pub const UNUSABLE_ANSWER: &str = "UnusableAnswer";
-    pub const CLAIM_NAME_COLLISION: &str = "ClaimNameCollision";
-    pub const ADDRESS_DRIFT: &str = "AddressDrift";
-    pub const ASSIGN_REFUSED: &str = "AssignRefused";
-}
-
-/// Remembers what was last said about each shard.
-#[derive(Debug, Default)]
-pub struct EventGate {
-    last: HashMap<ShardKey, HashMap<String, (String, Instant)>>,
-}
-
-impl EventGate {
-    /// Whether an event should go out now, recording it if so. A different note for the same
-    /// reason goes out at once: the situation changed.
-    pub fn admit(
-        &mut self,
-        key: &ShardKey,
-        reason: &str,
-        note: &str,
-        now: Instant,
-        repeat_after: Duration,
-    ) -> bool {
-        let per_shard = self.last.entry(key.clone()).or_default();
-        if let Some((last_note, at)) = per_shard.get(reason)
-            && last_note == note
-            && now.duration_since(*at) < repeat_after
-        {
-            return false;
-        }
-        per_shard.insert(reason.to_string(), (note.to_string(), now));
-        true
-    }
-
-    /// Takes back an admitted event that could not be published, so the next attempt goes out.
-    pub fn retract(&mut self, key: &ShardKey, reason: &str) {
-        if let Some(per_shard) = self.last.get_mut(key) {
-            per_shard.remove(reason);
-        }
-    }
-
-    /// Forgets a shard that is gone.
-    pub fn forget(&mut self, key: &ShardKey) {
-        self.last.remove(key);
-    }
-}
+use crate::reconcile::{Note, reason};
+use crate::shard::ShardMemory;
 
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -94,11 +47,7 @@ const HOLD_POLL: Duration = Duration::from_millis(50);
 /// An admitted event waiting to be sent.
 struct Pending {
     queued_at: Instant,
-    key: ShardKey,
-    type_: EventType,
-    reason: &'static str,
-    note: String,
-    regarding: ObjectReference,
+    note: Note,
 }
 
 struct Outbox {
@@ -156,11 +105,10 @@ impl SeriesCache {
 #[derive(Clone)]
 pub struct Notifier {
     client: Client,
-    reporter: Reporter,
-    gate: Arc<Mutex<EventGate>>,
+    instance: String,
+    memory: Arc<ShardMemory>,
     outbox: Arc<Outbox>,
     series: Arc<Mutex<SeriesCache>>,
-    capacity: usize,
     leader: LeaderToken,
     metrics: Metrics,
     repeat_after: Duration,
@@ -170,71 +118,49 @@ impl Notifier {
     pub fn new(
         client: Client,
         identity: &str,
+        memory: Arc<ShardMemory>,
         leader: LeaderToken,
         metrics: Metrics,
         repeat_after: Duration,
     ) -> Self {
-        let reporter = Reporter {
-            controller: crate::settings::CONTROLLER_NAME.to_string(),
-            instance: Some(identity.to_string()),
-        };
         Self {
             client,
-            reporter,
-            gate: Arc::default(),
+            instance: identity.to_string(),
+            memory,
             series: Arc::default(),
             outbox: Arc::new(Outbox {
                 queue: Mutex::new(VecDeque::new()),
                 ready: Notify::new(),
             }),
-            capacity: OUTBOX_CAPACITY,
             leader,
             metrics,
             repeat_after,
         }
     }
 
-    /// The same notifier with room for `capacity` waiting events (at least 1).
-    pub fn with_capacity(mut self, capacity: usize) -> Self {
-        self.capacity = capacity.max(1);
-        self
-    }
-
-    pub async fn normal(&self, shard: &EgressShard, reason: &'static str, note: String) {
-        self.publish(shard, EventType::Normal, reason, note)
-    }
-
-    pub async fn warning(&self, shard: &EgressShard, reason: &'static str, note: String) {
-        self.publish(shard, EventType::Warning, reason, note)
-    }
-
     /// Queues an event; never waits for the API.
-    fn publish(&self, shard: &EgressShard, type_: EventType, reason: &'static str, note: String) {
+    pub fn publish(&self, mut note: Note) {
         if !self.leader.is_leader() {
             return;
         }
-        let key = ShardKey::of(shard);
-        let admitted = self.gate.lock().unwrap_or_else(|e| e.into_inner()).admit(
-            &key,
-            reason,
-            &note,
+        let admitted = self.memory.admit_event(
+            &note.key,
+            note.reason,
+            &note.message,
             Instant::now(),
             self.repeat_after,
         );
         if !admitted {
             return;
         }
+        note.message = truncate(std::mem::take(&mut note.message), 1024);
         let pending = Pending {
             queued_at: Instant::now(),
-            key,
-            type_,
-            reason,
-            note: truncate(note, 1024),
-            regarding: shard.object_ref(&()),
+            note,
         };
         let dropped = {
-            let mut queue = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let dropped = if queue.len() >= self.capacity {
+            let mut queue = crate::lock(&self.outbox.queue);
+            let dropped = if queue.len() >= OUTBOX_CAPACITY {
                 queue.pop_front()
             } else {
                 None
@@ -246,8 +172,8 @@ impl Notifier {
         self.outbox.ready.notify_one();
         if let Some(old) = dropped {
             self.metrics.event_dropped();
-            warn!(shard = %old.key, reason = old.reason, "too many events waiting; dropped the oldest");
-            self.retract(&old.key, old.reason);
+            warn!(shard = %old.note.key, reason = old.note.reason, "too many events waiting; dropped the oldest");
+            self.memory.retract_event(&old.note.key, old.note.reason);
         }
     }
 
@@ -262,7 +188,7 @@ impl Notifier {
         let mut in_flight = JoinSet::new();
         loop {
             let (waiting, oldest_wait) = self.backlog(Instant::now());
-            let hold = hold_events(busy(), waiting, self.capacity, oldest_wait);
+            let hold = hold_events(busy(), waiting, OUTBOX_CAPACITY, oldest_wait);
             let room = if hold { 0 } else { PUBLISH_PARALLELISM };
             while in_flight.len() < room {
                 match self.pop() {
@@ -291,22 +217,13 @@ impl Notifier {
 
     /// Events waiting, and how long the oldest has waited.
     fn backlog(&self, now: Instant) -> (usize, Option<Duration>) {
-        let queue = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = crate::lock(&self.outbox.queue);
         let oldest = queue.front().map(|p| now.duration_since(p.queued_at));
         (queue.len(), oldest)
     }
 
-    /// Events waiting to be sent.
-    pub fn waiting(&self) -> usize {
-        self.outbox
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
-    }
-
     fn pop(&self) -> Option<Pending> {
-        let mut queue = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut queue = crate::lock(&self.outbox.queue);
         let pending = queue.pop_front();
         self.metrics.set_events_waiting(queue.len());
         pending
@@ -314,16 +231,17 @@ impl Notifier {
 
     async fn send(&self, pending: Pending) {
         // Losing the lease stops writes at once, queued events included.
+        let note = &pending.note;
         if !self.leader.is_leader() {
-            self.retract(&pending.key, pending.reason);
+            self.memory.retract_event(&note.key, note.reason);
             return;
         }
-        let namespace = pending.regarding.namespace.as_deref().unwrap_or("default");
+        let namespace = note.regarding.namespace.as_deref().unwrap_or("default");
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
-        let r = &pending.regarding;
+        let r = &note.regarding;
         let series_key: SeriesKey = (
-            matches!(pending.type_, EventType::Warning),
-            pending.reason,
+            note.warning,
+            note.reason,
             ObjectReferenceKey {
                 namespace: r.namespace.clone(),
                 name: r.name.clone(),
@@ -332,11 +250,7 @@ impl Notifier {
             },
         );
         let now = Instant::now();
-        let earlier = self
-            .series
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&series_key, now);
+        let earlier = crate::lock(&self.series).get(&series_key, now);
         // An event is a courtesy to whoever reads the shard; failing to publish one must not
         // fail anything else.
         let (name, count, published) = match earlier {
@@ -357,7 +271,7 @@ impl Notifier {
                 (name, count + 1, sent)
             }
             None => {
-                let event = self.render(&pending);
+                let event = self.render(note);
                 let name = event.metadata.name.clone().unwrap_or_default();
                 let sent = tokio::time::timeout(
                     PUBLISH_TIMEOUT,
@@ -370,87 +284,55 @@ impl Notifier {
         };
         if let Ok(Ok(())) = published
             // An assigned address is write-once: it is never repeated, so it needs no series.
-            && pending.reason != reason::ADDRESS_ASSIGNED
+            && note.reason != reason::ADDRESS_ASSIGNED
         {
-            self.series
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entries
-                .insert(
-                    series_key,
-                    Published {
-                        name,
-                        count,
-                        last: now,
-                    },
-                );
+            crate::lock(&self.series).entries.insert(
+                series_key,
+                Published {
+                    name,
+                    count,
+                    last: now,
+                },
+            );
         }
         let failure = match published {
             Ok(Ok(())) => {
                 // An assigned address is write-once: nothing more will be said about this
                 // shard's claim, so what the gate remembered about it is only weight.
-                if pending.reason == reason::ADDRESS_ASSIGNED {
-                    self.forget(&pending.key);
+                if note.reason == reason::ADDRESS_ASSIGNED {
+                    self.memory.clear_events(&note.key);
                 }
                 return;
             }
             Ok(Err(err)) => err.to_string(),
             Err(_) => format!("no answer within {PUBLISH_TIMEOUT:?}"),
         };
-        warn!(shard = %pending.key, reason = pending.reason, err = %failure, "could not publish an event on the shard");
-        self.retract(&pending.key, pending.reason);
+        warn!(shard = %note.key, reason = note.reason, err = %failure, "could not publish an event on the shard");
+        self.memory.retract_event(&note.key, note.reason);
     }
 
-    fn render(&self, pending: &Pending) -> K8sEvent {
+    fn render(&self, note: &Note) -> K8sEvent {
         let now = Timestamp::now();
-        let regarding = &pending.regarding;
+        let regarding = &note.regarding;
         K8sEvent {
-            action: Some(action_of(pending.reason).to_string()),
-            reason: Some(pending.reason.to_string()),
+            action: Some(note.action().to_string()),
+            reason: Some(note.reason.to_string()),
             event_time: Some(MicroTime(now)),
             regarding: Some(regarding.clone()),
-            note: Some(pending.note.clone()),
+            note: Some(note.message.clone()),
             metadata: ObjectMeta {
                 namespace: regarding.namespace.clone(),
                 name: Some(event_name(
-                    regarding
-                        .name
-                        .as_deref()
-                        .unwrap_or(&self.reporter.controller),
+                    regarding.name.as_deref().unwrap_or(CONTROLLER_NAME),
                     now.as_nanosecond(),
                 )),
                 ..Default::default()
             },
-            reporting_controller: Some(self.reporter.controller.clone()),
-            reporting_instance: Some(
-                self.reporter
-                    .instance
-                    .clone()
-                    .unwrap_or_else(|| self.reporter.controller.clone()),
-            ),
-            type_: Some(
-                match pending.type_ {
-                    EventType::Normal => "Normal",
-                    EventType::Warning => "Warning",
-                }
-                .to_string(),
-            ),
+            reporting_controller: Some(CONTROLLER_NAME.to_string()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(if note.warning { "Warning" } else { "Normal" }.to_string()),
             ..Default::default()
         }
-    }
-
-    fn retract(&self, key: &ShardKey, reason: &str) {
-        self.gate
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retract(key, reason);
-    }
-
-    pub fn forget(&self, key: &ShardKey) {
-        self.gate
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .forget(key);
     }
 }
 
@@ -479,14 +361,6 @@ pub fn hold_events(
     busy && waiting * 2 < capacity && oldest_wait.is_some_and(|w| w < MAX_HOLD)
 }
 
-fn action_of(reason: &str) -> &'static str {
-    match reason {
-        reason::ADDRESS_DRIFT => "CheckDrift",
-        reason::ADDRESS_ASSIGNED | reason::ASSIGN_REFUSED => "Assign",
-        _ => "Claim",
-    }
-}
-
 /// The API limits a note to 1 kB.
 fn truncate(mut note: String, max: usize) -> String {
     if note.len() > max {
@@ -503,40 +377,6 @@ fn truncate(mut note: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn repeats_are_held_back_until_the_interval_passes() {
-        let mut gate = EventGate::default();
-        let key = ShardKey::new("ns", "a");
-        let t0 = Instant::now();
-        let hour = Duration::from_secs(3600);
-        assert!(gate.admit(&key, "ClaimRefused", "Exhausted", t0, hour));
-        assert!(!gate.admit(
-            &key,
-            "ClaimRefused",
-            "Exhausted",
-            t0 + Duration::from_secs(60),
-            hour
-        ));
-        assert!(gate.admit(&key, "ClaimRefused", "Exhausted", t0 + hour, hour));
-    }
-
-    #[test]
-    fn a_changed_message_or_another_shard_goes_out_at_once() {
-        let mut gate = EventGate::default();
-        let a = ShardKey::new("ns", "a");
-        let b = ShardKey::new("ns", "b");
-        let t0 = Instant::now();
-        let hour = Duration::from_secs(3600);
-        assert!(gate.admit(&a, "ClaimRefused", "Exhausted", t0, hour));
-        assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
-        assert!(gate.admit(&a, "ClaimPending", "x", t0, hour));
-        assert!(gate.admit(&b, "ClaimRefused", "Exhausted", t0, hour));
-        gate.forget(&a);
-        assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
-        gate.retract(&a, "ClaimRefused");
-        assert!(gate.admit(&a, "ClaimRefused", "ClassNotFound", t0, hour));
-    }
 
     #[test]
     fn event_names_stay_valid_for_names_at_the_limit() {

@@ -1,5 +1,6 @@
 //! Access to Milo IPAM on the platform project's control plane: plain GET, POST and DELETE, no
-//! cache, no watch (nothing watches IPAM).
+//! cache, no watch (nothing watches IPAM). Every request is bounded in time, counted, and its
+//! answer read for what it says about IPAM's health.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use egress_api::ipam::{IPAllocation, IPClaim, project_control_plane_path};
 use http::Uri;
-use kube::api::{DeleteParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::{Api, Client};
+use tokio::sync::watch;
 
 use crate::Error;
-use crate::ipam_error::{is_not_found, is_unauthorized, status_code};
+use crate::config::kubeconfig;
+use crate::kube_status::{is_conflict, is_not_found, is_unauthorized, status_code};
 use crate::metrics::Metrics;
-use crate::runtime::Shared;
 
 /// The kubeconfig server with its path replaced by the project's control-plane path, so that
 /// every IPAM request goes to
@@ -36,20 +37,6 @@ pub fn project_url(server: &Uri, platform_project: &str) -> Result<Uri, Error> {
     })
 }
 
-/// Reads a kubeconfig file, naming the file in any error.
-pub async fn config_from_kubeconfig(path: &Path) -> Result<Config, Error> {
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| Error::Kubeconfig {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
-}
-
 /// A client for IPAM built from `kubeconfig_path`, with its URL path replaced by the platform
 /// project's control-plane path.
 pub async fn ipam_client(kubeconfig_path: &Path, platform_project: &str) -> Result<Client, Error> {
@@ -58,15 +45,12 @@ pub async fn ipam_client(kubeconfig_path: &Path, platform_project: &str) -> Resu
             "the project serving the claims is required".into(),
         ));
     }
-    let mut config = config_from_kubeconfig(kubeconfig_path).await?;
+    let mut config = kubeconfig::load(kubeconfig_path).await?;
     config.cluster_url = project_url(&config.cluster_url, platform_project)?;
     // The claim path decides for itself what to retry; a silent client retry of a create would
     // hide how many requests a claim really cost.
     config.default_retry = false;
-    Client::try_from(config).map_err(|e| Error::Kubeconfig {
-        path: kubeconfig_path.display().to_string(),
-        message: e.to_string(),
-    })
+    kubeconfig::client(config, kubeconfig_path)
 }
 
 /// One IPClaim by name.
@@ -91,41 +75,69 @@ pub async fn get_allocation(
         .await
 }
 
-/// The controller's IPAM calls, timed and counted.
+/// What IPAM's latest answer says about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// No request made yet (a standby, or nothing to claim).
+    Unknown,
+    /// It answered, and accepted the credential.
+    Up,
+    /// It answered 401/403: the credential is refused.
+    CredentialRefused,
+    /// No answer: a connection that failed, timed out or was cut, or a 5xx.
+    Unreachable,
+}
+
+impl Health {
+    fn of<T>(res: &Result<T, kube::Error>) -> Health {
+        match res {
+            Ok(_) => Health::Up,
+            Err(e) if is_unauthorized(e) => Health::CredentialRefused,
+            Err(kube::Error::Api(s)) if s.code >= 500 => Health::Unreachable,
+            Err(kube::Error::Api(_)) => Health::Up,
+            Err(_) => Health::Unreachable,
+        }
+    }
+}
+
+/// How a release went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The claim was deleted.
+    Deleted,
+    /// There was no claim of that name.
+    AlreadyGone,
+    /// The claim of that name is another object now (its UID differs): not ours to delete.
+    Replaced,
+}
+
+/// The controller's IPAM calls, timed and counted. Cheap to clone.
 #[derive(Clone)]
 pub struct Ipam {
     client: Client,
     metrics: Metrics,
     timeout: Duration,
-    auth: Option<Arc<Shared>>,
+    health: Arc<watch::Sender<Health>>,
 }
 
 impl Ipam {
-    pub fn new(client: Client, metrics: Metrics) -> Self {
+    pub fn new(client: Client, metrics: Metrics, timeout: Duration) -> Self {
         Self {
             client,
             metrics,
-            timeout: Duration::from_secs(30),
-            auth: None,
+            timeout,
+            health: Arc::new(watch::channel(Health::Unknown).0),
         }
     }
 
-    /// Reports every answer's verdict on the credential to the readiness state: a 401/403 makes
-    /// the controller not ready, and any other answer from IPAM (even a 404) proves the
-    /// credential works again.
-    pub(crate) fn with_auth_watch(mut self, shared: Arc<Shared>) -> Self {
-        self.auth = Some(shared);
-        self
+    /// What the latest answer said about IPAM.
+    pub fn health(&self) -> Health {
+        *self.health.borrow()
     }
 
-    /// Bounds every request, so a hung IPAM cannot hold a shard (or shutdown) forever.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// Notified whenever [`health`](Self::health) changes.
+    pub fn health_changes(&self) -> watch::Receiver<Health> {
+        self.health.subscribe()
     }
 
     async fn timed<T>(
@@ -146,13 +158,10 @@ impl Ipam {
             Ok(_) => ok_code,
             Err(e) => status_code(e),
         };
-        if let Some(shared) = &self.auth {
-            match &res {
-                Err(e) if is_unauthorized(e) => shared.set_ipam_auth_failed(true),
-                Ok(_) | Err(kube::Error::Api(_)) => shared.set_ipam_auth_failed(false),
-                Err(_) => {}
-            }
-        }
+        let health = Health::of(&res);
+        self.health
+            .send_if_modified(|h| std::mem::replace(h, health) != health);
+        self.metrics.set_ipam_up(health == Health::Up);
         self.metrics
             .ipam_request(verb, resource, code, start.elapsed());
         res
@@ -194,20 +203,29 @@ impl Ipam {
         .await
     }
 
-    /// Deletes a claim; a claim already gone counts as deleted.
-    pub async fn delete_claim(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+    /// Deletes exactly the claim object with `uid`: the UID precondition makes a late or
+    /// repeated delete harmless to a newer claim of the same name.
+    pub async fn delete_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Deleted, kube::Error> {
         let api = Api::<IPClaim>::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
         match self
-            .timed(
-                "delete",
-                "ipclaims",
-                api.delete(name, &DeleteParams::default()),
-                200,
-            )
+            .timed("delete", "ipclaims", api.delete(name, &params), 200)
             .await
         {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(e) if is_not_found(&e) => Ok(Deleted::AlreadyGone),
+            Err(e) if is_conflict(&e) => Ok(Deleted::Replaced),
             Err(e) => Err(e),
         }
     }
@@ -238,23 +256,23 @@ mod tests {
         assert!(project_url(&"https://m".parse().unwrap(), "a b").is_err());
     }
 
-    #[tokio::test]
-    async fn an_unreadable_kubeconfig_is_named() {
-        let Err(err) = ipam_client(Path::new("/nonexistent/ipam-kubeconfig"), "p").await else {
-            panic!("a missing kubeconfig built a client");
+    #[test]
+    fn health_follows_what_the_answer_says() {
+        let api = |code: u16| -> Result<(), kube::Error> {
+            Err(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            })))
         };
-        let text = err.to_string();
-        assert!(text.contains("/nonexistent/ipam-kubeconfig"), "{text}");
-    }
-
-    #[tokio::test]
-    async fn a_malformed_kubeconfig_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("kubeconfig");
-        std::fs::write(&path, "clusters: [not: {valid").unwrap();
-        let Err(err) = ipam_client(&path, "p").await else {
-            panic!("a malformed kubeconfig built a client");
-        };
-        assert!(err.to_string().contains(path.to_str().unwrap()), "{err}");
+        assert_eq!(Health::of(&Ok::<(), kube::Error>(())), Health::Up);
+        assert_eq!(Health::of(&api(404)), Health::Up);
+        assert_eq!(Health::of(&api(409)), Health::Up);
+        assert_eq!(Health::of(&api(401)), Health::CredentialRefused);
+        assert_eq!(Health::of(&api(403)), Health::CredentialRefused);
+        assert_eq!(Health::of(&api(503)), Health::Unreachable);
+        assert_eq!(
+            Health::of(&Err::<(), _>(kube::Error::LinesCodecMaxLineLengthExceeded)),
+            Health::Unreachable
+        );
     }
 }

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crate::Error;
-use crate::workqueue::Backoff;
 
 /// The name of the leader-election Lease.
 pub const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
@@ -47,6 +46,9 @@ pub struct Settings {
     pub location: String,
     /// The project whose control plane serves the claims; recorded in every ref.
     pub platform_project: String,
+    /// This cell's identity, recorded on every claim and folded into its name, so two cells
+    /// never share a claim. `None`: the UID of the cell's `kube-system` namespace, read at start.
+    pub cell_id: Option<String>,
     /// Watch shards in this namespace only; all namespaces when `None`.
     pub shard_namespace: Option<String>,
     /// Shards reconciled in parallel (one shard never twice at once).
@@ -55,7 +57,8 @@ pub struct Settings {
     pub backoff: Backoff,
     /// Re-check interval for refusals: nothing watches IPAM, so nothing else brings them back.
     pub recheck_interval: Duration,
-    /// Interval of the drift check; zero turns it off. The first run is one interval after start.
+    /// Every addressed shard's holder is checked once per interval, spread evenly over it (one
+    /// IPAM read at a time); zero turns the check off.
     pub drift_check_interval: Duration,
     /// The same event for the same shard is repeated no sooner than this.
     pub event_repeat_interval: Duration,
@@ -71,8 +74,8 @@ pub struct Settings {
 
 impl Settings {
     /// Settings with the reference defaults: claim namespace `default`, leader election in
-    /// namespace `default`, concurrency 4, refusals re-checked every minute, drift checked every
-    /// 10 minutes.
+    /// namespace `default`, concurrency 4, refusals re-checked every minute, every holder checked
+    /// for drift once an hour.
     pub fn new(
         address_class_ipv6: impl Into<String>,
         location: impl Into<String>,
@@ -83,11 +86,12 @@ impl Settings {
             claim_namespace: "default".to_string(),
             location: location.into(),
             platform_project: platform_project.into(),
+            cell_id: None,
             shard_namespace: None,
             concurrency: 4,
             backoff: Backoff::default(),
             recheck_interval: Duration::from_secs(60),
-            drift_check_interval: Duration::from_secs(600),
+            drift_check_interval: Duration::from_secs(3600),
             event_repeat_interval: Duration::from_secs(3600),
             leader_election: Some(LeaderElection::new("default")),
             identity: default_identity(),
@@ -115,6 +119,12 @@ impl Settings {
                 return Err(Error::Config(message.to_string()));
             }
         }
+        if self.cell_id.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(Error::Config(
+                "the cell identity is empty; leave it unset to use the kube-system namespace UID"
+                    .into(),
+            ));
+        }
         if self.concurrency == 0 {
             return Err(Error::Config("concurrency must be at least 1".into()));
         }
@@ -138,6 +148,40 @@ impl Settings {
             }
         }
         Ok(())
+    }
+}
+
+/// Exponential backoff with jitter and a cap, per shard.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// Delay after the first failure.
+    pub base: Duration,
+    /// No delay exceeds this.
+    pub cap: Duration,
+    /// Spread of the jitter as a fraction of the delay (0.2 → ±10%).
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(300),
+            jitter: 0.2,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after `failures` consecutive failures (1 = the first), for `unit` in [0, 1).
+    /// Jitter keeps shards that failed together (an IPAM outage) from retrying in lockstep.
+    pub fn delay(&self, failures: u32, unit: f64) -> Duration {
+        let exp = failures.saturating_sub(1).min(32);
+        let raw = self.base.as_secs_f64() * 2f64.powi(exp as i32);
+        let capped = raw.min(self.cap.as_secs_f64());
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        let factor = 1.0 - jitter / 2.0 + jitter * unit.clamp(0.0, 1.0);
+        Duration::from_secs_f64((capped * factor).min(self.cap.as_secs_f64()))
     }
 }
 
@@ -197,6 +241,47 @@ mod tests {
         let mut s = Settings::new("c", "l", "p");
         s.leader_election.as_mut().unwrap().renew_deadline = Duration::from_secs(20);
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(10),
+            jitter: 0.0,
+        };
+        assert_eq!(b.delay(1, 0.5), Duration::from_secs(1));
+        assert_eq!(b.delay(2, 0.5), Duration::from_secs(2));
+        assert_eq!(b.delay(4, 0.5), Duration::from_secs(8));
+        assert_eq!(b.delay(5, 0.5), Duration::from_secs(10));
+        assert_eq!(b.delay(u32::MAX, 0.5), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn jitter_stays_in_its_band_and_under_the_cap() {
+        let b = Backoff {
+            base: Duration::from_secs(10),
+            cap: Duration::from_secs(100),
+            jitter: 0.2,
+        };
+        assert_eq!(b.delay(1, 0.0), Duration::from_secs(9));
+        assert_eq!(b.delay(1, 1.0), Duration::from_secs(11));
+        assert!(b.delay(10, 1.0) <= Duration::from_secs(100));
+        assert_ne!(b.delay(1, 0.1), b.delay(1, 0.9));
+    }
+
+    #[test]
+    fn an_empty_cell_identity_is_refused() {
+        let mut s = Settings::new("c", "l", "p");
+        s.cell_id = Some(" ".into());
+        assert!(
+            s.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cell identity")
+        );
+        s.cell_id = Some("dfw-a".into());
+        assert!(s.validate().is_ok());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use egress_api::shard::{
     LABEL_VALUE_FAMILY_SERVED,
 };
 
-use crate::holding::Holding;
+use crate::ipam::holding::Holding;
 
 /// The next step for a shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub fn is_unattributable(shard: &EgressShard) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holding::HolderKind;
+    use crate::ipam::holding::HolderKind;
     use egress_api::shard::{EgressShardSpec, TargetRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

@@ -1,8 +1,8 @@
 //! Classifying an IPAM refusal as it crossed the wire.
 //!
-//! IPAM puts its reason in `status.details.causes[].type`, not in `reason` or the message. kube's
-//! `is_*` helpers match on `reason` only, and a gateway's non-JSON answer arrives with a made-up
-//! reason, so the HTTP `code` is the fallback everywhere.
+//! IPAM puts its reason in `status.details.causes[].type`, not in `reason` or the message, and
+//! the HTTP `code` stands in where a gateway's answer carries no reason (see
+//! [`crate::kube_status`]).
 
 use egress_api::ipam::reasons;
 use kube::core::Status;
@@ -10,13 +10,13 @@ use kube::core::Status;
 /// What an IPAM error means for the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpamReason {
-    /// A known IPAM refusal (`Exhausted`, `ClassNotFound`, …), other than a retained allocation.
+    /// A known IPAM refusal to allocate (`Exhausted`, `ClassNotFound`, …).
     Refused(&'static str),
     /// The claim's identity is held by a retained IPAllocation, named here.
     AllocationRetained(String),
     /// The object does not exist.
     NotFound,
-    /// The name is already taken (an older or newer claim, or a raced writer).
+    /// The name is already taken (`AlreadyExists`, IPAM's `ClaimExists`).
     AlreadyExists,
     /// The precondition (resourceVersion) did not hold.
     Conflict,
@@ -27,6 +27,16 @@ pub enum IpamReason {
 }
 
 impl IpamReason {
+    /// Whether the answer may mean the claim's name is already taken (by our own earlier create
+    /// whose answer was lost, by an earlier incarnation, or by someone else), so the claim is
+    /// worth reading. An older IPAM answers a duplicate with a bare 500.
+    pub fn name_may_be_taken(&self) -> bool {
+        matches!(
+            self,
+            IpamReason::AlreadyExists | IpamReason::Conflict | IpamReason::Unknown
+        )
+    }
+
     /// A short, stable label for metrics and events.
     pub fn label(&self) -> &'static str {
         match self {
@@ -64,6 +74,10 @@ pub fn classify_status(status: &Status) -> IpamReason {
         return IpamReason::AllocationRetained(cause.message.clone());
     }
     for cause in causes {
+        // A live claim of the same name is the name being taken, not a refusal to allocate.
+        if cause.reason == reasons::CLAIM_EXISTS {
+            return IpamReason::AlreadyExists;
+        }
         if let Some(known) = reasons::ALL
             .iter()
             .find(|r| **r == cause.reason && **r != reasons::ALLOCATION_RETAINED)
@@ -81,37 +95,6 @@ pub fn classify_status(status: &Status) -> IpamReason {
         ("Conflict", _) | (_, 409) => IpamReason::Conflict,
         ("Unauthorized" | "Forbidden", _) | (_, 401 | 403) => IpamReason::Unauthorized,
         _ => IpamReason::Unknown,
-    }
-}
-
-/// NotFound by reason or by code (see the module doc).
-pub fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.reason == "NotFound" || s.code == 404)
-}
-
-/// A resourceVersion or name conflict, by reason or by code.
-pub fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.reason == "Conflict" || s.code == 409)
-}
-
-/// A refused credential, by reason or by code.
-pub fn is_unauthorized(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if matches!(s.reason.as_str(), "Unauthorized" | "Forbidden") || matches!(s.code, 401 | 403))
-}
-
-/// The HTTP code of an API error, or 0 when no answer arrived.
-pub fn status_code(err: &kube::Error) -> u16 {
-    match err {
-        kube::Error::Api(s) => s.code,
-        _ => 0,
-    }
-}
-
-/// IPAM's own words for a refusal, for events and errors.
-pub fn message(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -188,6 +171,17 @@ mod tests {
     }
 
     #[test]
+    fn a_live_duplicate_is_a_taken_name_not_a_refusal() {
+        let err = wire(
+            r#"{"status":"Failure","reason":"Conflict","code":409,"details":{"causes":[{"reason":"ClaimExists","message":"m"}]}}"#,
+        );
+        assert_eq!(classify(&err), IpamReason::AlreadyExists);
+        assert!(classify(&err).name_may_be_taken());
+        assert!(!IpamReason::Refused("Exhausted").name_may_be_taken());
+        assert!(!IpamReason::NotFound.name_may_be_taken());
+    }
+
+    #[test]
     fn an_unknown_cause_is_not_guessed() {
         let err = wire(
             r#"{"status":"Failure","reason":"BadRequest","code":400,"details":{"causes":[{"reason":"SomethingNew","message":"m"}]}}"#,
@@ -206,18 +200,12 @@ mod tests {
     #[test]
     fn codes_stand_in_for_missing_reasons() {
         assert_eq!(classify(&wire(r#"{"code":404}"#)), IpamReason::NotFound);
-        assert!(is_not_found(&wire(r#"{"code":404}"#)));
-        assert!(is_not_found(&wire(
-            r#"{"code":404,"reason":"Failed to parse error data","message":"404 page not found"}"#
-        )));
         assert_eq!(classify(&wire(r#"{"code":409}"#)), IpamReason::Conflict);
-        assert!(is_conflict(&wire(r#"{"code":409}"#)));
         assert_eq!(classify(&wire(r#"{"code":401}"#)), IpamReason::Unauthorized);
         assert_eq!(
             classify(&wire(r#"{"code":403,"reason":"Forbidden"}"#)),
             IpamReason::Unauthorized
         );
-        assert!(is_unauthorized(&wire(r#"{"code":401}"#)));
         assert_eq!(
             classify(&wire(r#"{"code":409,"reason":"AlreadyExists"}"#)),
             IpamReason::AlreadyExists
@@ -226,15 +214,8 @@ mod tests {
     }
 
     #[test]
-    fn transport_errors_are_unknown_with_code_zero() {
+    fn transport_errors_are_unknown() {
         let err = kube::Error::LinesCodecMaxLineLengthExceeded;
         assert_eq!(classify(&err), IpamReason::Unknown);
-        assert_eq!(status_code(&err), 0);
-    }
-
-    #[test]
-    fn the_message_is_ipams_own() {
-        let err = wire(r#"{"code":400,"message":"class \"x\" not found"}"#);
-        assert_eq!(message(&err), "class \"x\" not found");
     }
 }

@@ -12,9 +12,9 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use super::Handle;
 use crate::Error;
 use crate::metrics::encode;
-use crate::runtime::Handle;
 
 /// The content type of the OpenMetrics text format.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -40,16 +40,18 @@ async fn live() -> &'static str {
     "ok\n"
 }
 
+/// 200 `ready`, or 503 with one line per reason.
 async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
-    if state.handle.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else if !state.handle.is_synced() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shards not yet listed\n")
+    let reasons = state.handle.not_ready_because();
+    if reasons.is_empty() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "a credential is being refused\n",
-        )
+        let mut body = String::from("not ready:\n");
+        for reason in reasons {
+            body.push_str(reason);
+            body.push('\n');
+        }
+        (StatusCode::SERVICE_UNAVAILABLE, body)
     }
 }
 

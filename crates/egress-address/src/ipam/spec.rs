@@ -5,8 +5,11 @@ use std::collections::BTreeMap;
 use egress_api::ipam::{FAMILY_IPV6, IPClaim, IPClaimSpec, RECLAIM_DELETE, ScopeRef, TARGET_BLOCK};
 use kube::api::ObjectMeta;
 
-use crate::address::ADDRESS_BITS;
-use crate::naming::{ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, claim_name};
+use super::address::ADDRESS_BITS;
+use super::naming::{
+    ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
+    Incarnation, claim_name,
+};
 
 /// Scope role the claim is placed under.
 pub const SCOPE_ROLE_LOCATION: &str = "location";
@@ -20,11 +23,33 @@ pub struct ClaimRequest<'a> {
     pub class_name: &'a str,
     pub claim_namespace: &'a str,
     pub location: &'a str,
+    /// The cell's identity, recorded on the claim and folded into its name.
+    pub cell: &'a str,
     pub shard_namespace: &'a str,
     pub shard_name: &'a str,
+    /// The shard's UID: the one incarnation this claim is for.
+    pub shard_uid: &'a str,
 }
 
-/// The desired claim: one IPv6 /128 block in the location's range, released with the claim.
+impl ClaimRequest<'_> {
+    /// The claim's name.
+    pub fn name(&self) -> String {
+        claim_name(self.cell, self.shard_namespace, self.shard_name)
+    }
+
+    /// The incarnation the claim is for.
+    pub fn incarnation(&self) -> Incarnation<'_> {
+        Incarnation {
+            cell: self.cell,
+            namespace: self.shard_namespace,
+            name: self.shard_name,
+            uid: Some(self.shard_uid),
+        }
+    }
+}
+
+/// The desired claim: one IPv6 /128 block in the location's range, released with the claim,
+/// marked with the cell and the shard incarnation it is for.
 ///
 /// `ipFamily` is stated because the server bounds `prefixLength` by the claim's own family before
 /// it resolves the class. `reclaimPolicy: Delete` is stated because under Retain a recreated
@@ -42,7 +67,7 @@ pub fn desired_claim(req: &ClaimRequest<'_>) -> IPClaim {
     )]);
     IPClaim {
         metadata: ObjectMeta {
-            name: Some(claim_name(req.shard_namespace, req.shard_name)),
+            name: Some(req.name()),
             namespace: Some(req.claim_namespace.to_string()),
             annotations: Some(BTreeMap::from([
                 (
@@ -53,6 +78,8 @@ pub fn desired_claim(req: &ClaimRequest<'_>) -> IPClaim {
                     ANNOTATION_SHARD_NAME.to_string(),
                     req.shard_name.to_string(),
                 ),
+                (ANNOTATION_SHARD_UID.to_string(), req.shard_uid.to_string()),
+                (ANNOTATION_CELL.to_string(), req.cell.to_string()),
             ])),
             ..Default::default()
         },
@@ -81,8 +108,10 @@ mod tests {
             class_name: "datum-egress-shard-address-ipv6",
             claim_namespace: "default",
             location: "dfw",
+            cell: "cell-a",
             shard_namespace: "galactic-system",
             shard_name: "worker-1",
+            shard_uid: "7d1e4b0a-uid",
         });
         assert_eq!(
             serde_json::to_value(&claim).unwrap(),
@@ -90,11 +119,13 @@ mod tests {
                 "apiVersion": "ipam.miloapis.com/v1alpha1",
                 "kind": "IPClaim",
                 "metadata": {
-                    "name": "egress-shard-ipv6.galactic-system.worker-1",
+                    "name": claim_name("cell-a", "galactic-system", "worker-1"),
                     "namespace": "default",
                     "annotations": {
                         "cloud.datumapis.com/egress-shard-namespace": "galactic-system",
-                        "cloud.datumapis.com/egress-shard-name": "worker-1"
+                        "cloud.datumapis.com/egress-shard-name": "worker-1",
+                        "cloud.datumapis.com/egress-shard-uid": "7d1e4b0a-uid",
+                        "cloud.datumapis.com/egress-cell": "cell-a"
                     }
                 },
                 "spec": {

@@ -46,9 +46,3 @@ pub struct Holding {
     pub name: String,
     pub address: Ipv6Addr,
 }
-
-impl Holding {
-    pub fn held_by_claim(&self) -> bool {
-        self.kind == HolderKind::IPClaim
-    }
-}

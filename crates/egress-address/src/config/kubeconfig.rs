@@ -1,0 +1,225 @@
+//! Reading kubeconfig files into clients, for the cell and for IPAM, without ever repeating what
+//! the file holds.
+//!
+//! A kubeconfig carries credentials (bearer tokens, client keys). The YAML parser quotes the
+//! lines around a syntax error, so its message is never passed on: errors name the file and the
+//! position only, and every message is scrubbed of every secret-looking value the file holds.
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::Error;
+
+/// Keys whose values are credentials.
+const SECRET_KEYS: &[&str] = &[
+    "token",
+    "client-key-data",
+    "client-certificate-data",
+    "password",
+    "username",
+    "id-token",
+    "refresh-token",
+    "access-token",
+    "client-secret",
+    "secret",
+];
+
+/// Shortest run of token-like characters treated as a secret even under an unknown key.
+const SECRET_RUN: usize = 20;
+
+/// Reads a kubeconfig file; any error names the file and never its content.
+pub async fn load(path: &Path) -> Result<Config, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message: format!("cannot read it ({})", e.kind()),
+    })?;
+    let secrets = secrets_in(&text);
+    let fail = |message: String| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message: redact(&message, &secrets),
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| fail(describe_parse_error(&e)))?;
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| fail(e.to_string()))
+}
+
+/// A client from a loaded config; errors name the file the config came from.
+pub fn client(config: Config, path: &Path) -> Result<Client, Error> {
+    Client::try_from(config).map_err(|e| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The cell's client: from `path` when given (a single file), else the in-cluster config or
+/// the default kubeconfig (`KUBECONFIG` may list several files; kube's inference merges those).
+pub async fn cell_client(path: Option<&Path>) -> Result<Client, Error> {
+    let config = match path {
+        Some(path) if !path.as_os_str().is_empty() && !path.to_string_lossy().contains(':') => {
+            let config = load(path).await?;
+            return client(config, path);
+        }
+        _ => Config::infer()
+            .await
+            .map_err(|e| Error::CellConfig(format!("no kubeconfig given and none found: {e}")))?,
+    };
+    Client::try_from(config).map_err(|e| Error::CellConfig(e.to_string()))
+}
+
+/// What went wrong reading the YAML, without the parser's quotation of the file.
+fn describe_parse_error(err: &kube::config::KubeconfigError) -> String {
+    let text = err.to_string();
+    match position_in(&text) {
+        Some((line, column)) => {
+            format!("it is not a valid kubeconfig (YAML error at line {line}, column {column})")
+        }
+        None if text.contains("parse") || text.contains("YAML") || text.contains("yaml") => {
+            "it is not a valid kubeconfig (YAML error)".to_string()
+        }
+        None => text,
+    }
+}
+
+/// `line N` and `column M` as the parser reports them.
+fn position_in(text: &str) -> Option<(u64, u64)> {
+    let number_after = |word: &str| {
+        let at = text.find(word)? + word.len();
+        let digits: String = text[at..]
+            .trim_start_matches([' ', ':'])
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    Some((number_after("line")?, number_after("column").unwrap_or(0)))
+}
+
+/// Every value in the file that could be a credential: the values of credential keys, and any
+/// long run of token-like characters (base64, JWTs), whether or not the YAML around it parses.
+pub fn secrets_in(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let line = line.trim().trim_start_matches("- ").trim_start();
+        if let Some((key, value)) = line.split_once(':') {
+            let key = key.trim().trim_matches(['"', '\'']);
+            let value = value.trim().trim_matches(['"', '\'']).trim();
+            if SECRET_KEYS.contains(&key) && value.len() >= 4 {
+                found.push(value.to_string());
+            }
+        }
+        for run in line.split(|c: char| !is_token_char(c)) {
+            if run.len() >= SECRET_RUN {
+                found.push(run.to_string());
+            }
+        }
+    }
+    // Longest first, so a secret containing another is scrubbed whole.
+    found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    found.dedup();
+    found
+}
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '_' | '-' | '.')
+}
+
+/// Shortest piece of a secret that is scrubbed when a message quotes only part of one.
+const SECRET_PIECE: usize = 8;
+
+/// `message` with every secret, and any piece of one, replaced: each run of token-like
+/// characters that contains a secret, or is a long enough piece of one, becomes `[redacted]`.
+pub fn redact(message: &str, secrets: &[String]) -> String {
+    let secret_like = |run: &str| {
+        secrets
+            .iter()
+            .any(|s| run.contains(s.as_str()) || (run.len() >= SECRET_PIECE && s.contains(run)))
+    };
+    let mut out = String::with_capacity(message.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if !run.is_empty() && secret_like(run) {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in message.chars() {
+        if is_token_char(c) {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "eyJhbGciOiJSUzI1NiIsImtpZCI6Ik5vdEFSZWFsS2V5In0.c2VjcmV0LXBheWxvYWQ";
+    const KEY_DATA: &str = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2Z0lCQURBTkJna3Foa2lHOXcw";
+
+    fn malformed() -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: milo\n  cluster:\n    server: https://milo.example\nusers:\n- name: egress\n  user:\n    token: {TOKEN}\n   client-key-data: {KEY_DATA}\ncontexts: []\n"
+        )
+    }
+
+    #[tokio::test]
+    async fn a_malformed_kubeconfig_is_named_without_its_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, malformed()).unwrap();
+        let err = load(&path).await.unwrap_err().to_string();
+        assert!(err.contains(path.to_str().unwrap()), "{err}");
+        assert!(err.contains("not a valid kubeconfig"), "{err}");
+        for secret in [TOKEN, KEY_DATA, &TOKEN[10..40], &KEY_DATA[5..35]] {
+            assert!(!err.contains(secret), "leaked {secret:?} in {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_kubeconfig_is_named() {
+        let err = load(Path::new("/nonexistent/ipam-kubeconfig"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/ipam-kubeconfig"), "{err}");
+        assert!(err.contains("cannot read it"), "{err}");
+    }
+
+    #[test]
+    fn secrets_are_found_even_where_the_yaml_breaks() {
+        let found = secrets_in(&malformed());
+        assert!(found.iter().any(|s| s == TOKEN), "{found:?}");
+        assert!(found.iter().any(|s| s == KEY_DATA), "{found:?}");
+        let text = format!(
+            "parser said: `    token: {TOKEN}` and `{}`",
+            &KEY_DATA[3..30]
+        );
+        let clean = redact(&text, &found);
+        assert!(!clean.contains(&TOKEN[..20]), "{clean}");
+        assert!(!clean.contains(&KEY_DATA[20..30]), "{clean}");
+        assert!(clean.starts_with("parser said"));
+        assert_eq!(
+            redact("short hunter22 word", &["hunter22".into()]),
+            "short [redacted] word"
+        );
+    }
+
+    #[test]
+    fn positions_are_read_from_the_parser_message() {
+        assert_eq!(
+            position_in("mapping values are not allowed at line 11, column 19"),
+            Some((11, 19))
+        );
+        assert_eq!(position_in("nothing here"), None);
+    }
+}

@@ -1,0 +1,279 @@
+//! How a shard's claim is named and marked, and whose a claim found in IPAM is.
+//!
+//! Claims are named after the cell and the shard (`egress-shard-ipv6.<cell>.<namespace>.<name>`),
+//! so two cells serving one location never derive one name, and a replacement controller finds a
+//! shard's claim again with one GET. The name alone proves nothing: the annotations say which
+//! cell and which incarnation (UID) of the shard a claim was made for, and only that incarnation
+//! ever uses or releases it.
+
+use egress_api::ipam::IPClaim;
+use sha2::{Digest, Sha256};
+
+/// Prefix of every claim this controller creates.
+pub const CLAIM_NAME_PREFIX: &str = "egress-shard-ipv6";
+/// Claim annotation naming the shard's namespace.
+pub const ANNOTATION_SHARD_NAMESPACE: &str = "cloud.datumapis.com/egress-shard-namespace";
+/// Claim annotation naming the shard.
+pub const ANNOTATION_SHARD_NAME: &str = "cloud.datumapis.com/egress-shard-name";
+/// Claim annotation naming the shard's UID: the incarnation the claim was made for.
+pub const ANNOTATION_SHARD_UID: &str = "cloud.datumapis.com/egress-shard-uid";
+/// Claim annotation naming the cell the shard lives in.
+pub const ANNOTATION_CELL: &str = "cloud.datumapis.com/egress-cell";
+/// The longest object name the API accepts.
+pub const MAX_CLAIM_NAME_LENGTH: usize = 253;
+/// Hex characters of the sha256 kept in a shortened name.
+const HASH_HEX_CHARS: usize = 16;
+/// Hex characters of the sha256 of the cell identity in a claim name.
+const CELL_HEX_CHARS: usize = 10;
+
+/// The IPClaim name for a shard of a cell: `egress-shard-ipv6.<cell tag>.<namespace>.<name>`,
+/// where the cell tag is 10 hex characters of sha256(cell identity) (a cluster UID or an
+/// operator's name for the cell; either is longer or freer than a name segment allows).
+///
+/// A namespace is a DNS label and holds no dot, so the split is unambiguous. Past 253 characters
+/// the name keeps its first 236 characters and ends in `.` plus 16 hex characters of
+/// sha256(`cell/namespace/name`), so two long names sharing a prefix still differ.
+pub fn claim_name(cell: &str, shard_namespace: &str, shard_name: &str) -> String {
+    let tag = &hex::encode(Sha256::digest(cell.as_bytes()))[..CELL_HEX_CHARS];
+    shorten(
+        format!("{CLAIM_NAME_PREFIX}.{tag}.{shard_namespace}.{shard_name}"),
+        &format!("{cell}/{shard_namespace}/{shard_name}"),
+    )
+}
+
+/// The name the Go controller (and this one before claims named their cell) derived:
+/// `egress-shard-ipv6.<namespace>.<name>`. Only ever read, never created.
+pub fn legacy_claim_name(shard_namespace: &str, shard_name: &str) -> String {
+    shorten(
+        format!("{CLAIM_NAME_PREFIX}.{shard_namespace}.{shard_name}"),
+        &format!("{shard_namespace}/{shard_name}"),
+    )
+}
+
+fn shorten(base: String, identity: &str) -> String {
+    if base.len() <= MAX_CLAIM_NAME_LENGTH {
+        return base;
+    }
+    let digest = Sha256::digest(identity.as_bytes());
+    let hash = &hex::encode(digest)[..HASH_HEX_CHARS];
+    let keep = MAX_CLAIM_NAME_LENGTH - HASH_HEX_CHARS - 1;
+    // Object names are ASCII (DNS subdomains), so a byte cut is a character cut.
+    format!("{}.{hash}", &base[..keep])
+}
+
+/// One incarnation of a shard of one cell: who a claim may belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Incarnation<'a> {
+    pub cell: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// `None` when the deleted object was never seen (only its name is known).
+    pub uid: Option<&'a str>,
+}
+
+/// Whose a claim is, judged from its annotations against one incarnation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// Made by this cell for exactly this incarnation.
+    This,
+    /// Made by this cell for another incarnation of the same namespace/name (a shard deleted
+    /// and created again under its name).
+    OtherIncarnation { uid: String },
+    /// Made by another cell: never adopted, never released from here.
+    OtherCell { cell: String },
+    /// Made before claims named their cell and incarnation (by the Go controller), for this
+    /// namespace/name. Never adopted; released only as the recorded ref of a shard of this
+    /// cell that is gone.
+    Unmarked,
+    /// Made for another shard, or marked by nobody.
+    OtherShard { holder: String },
+}
+
+/// Judges a claim's annotations against an incarnation.
+pub fn owner(claim: &IPClaim, of: &Incarnation<'_>) -> Owner {
+    let get = |key: &str| {
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    let namespace = get(ANNOTATION_SHARD_NAMESPACE);
+    let name = get(ANNOTATION_SHARD_NAME);
+    if namespace != Some(of.namespace) || name != Some(of.name) {
+        return Owner::OtherShard {
+            holder: format!(
+                "{}/{}",
+                namespace.unwrap_or("<none>"),
+                name.unwrap_or("<none>")
+            ),
+        };
+    }
+    match (get(ANNOTATION_CELL), get(ANNOTATION_SHARD_UID)) {
+        (None, None) => Owner::Unmarked,
+        (Some(cell), _) if cell != of.cell => Owner::OtherCell {
+            cell: cell.to_string(),
+        },
+        // Marked with a cell but no incarnation, or the reverse: not something this controller
+        // writes, so nobody's to use.
+        (None, Some(_)) | (Some(_), None) => Owner::OtherShard {
+            holder: format!("{}/{} (incompletely marked)", of.namespace, of.name),
+        },
+        (Some(_), Some(uid)) => match of.uid {
+            Some(want) if want == uid => Owner::This,
+            // The deleted object was never seen: any incarnation of this cell's shard is gone.
+            None => Owner::This,
+            Some(_) => Owner::OtherIncarnation {
+                uid: uid.to_string(),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const CELL: &str = "3f0c5a8e-1d2b-4c6f-9a7e-0b1c2d3e4f50";
+
+    #[test]
+    fn names_carry_the_cell_tag() {
+        let name = claim_name(CELL, "galactic-system", "worker-8b4e1647-dfw");
+        let tag = &hex::encode(Sha256::digest(CELL.as_bytes()))[..10];
+        assert_eq!(
+            name,
+            format!("egress-shard-ipv6.{tag}.galactic-system.worker-8b4e1647-dfw")
+        );
+        assert_ne!(
+            claim_name("cell-a", "ns", "s"),
+            claim_name("cell-b", "ns", "s"),
+            "two cells never derive one name"
+        );
+        assert_eq!(
+            legacy_claim_name("galactic-system", "worker-1"),
+            "egress-shard-ipv6.galactic-system.worker-1"
+        );
+    }
+
+    #[test]
+    fn dashes_and_dots_do_not_collide_across_the_namespace_boundary() {
+        assert_ne!(claim_name(CELL, "a-b", "c"), claim_name(CELL, "a", "b-c"));
+    }
+
+    #[test]
+    fn exactly_253_characters_is_kept_whole() {
+        let fixed = claim_name(CELL, "ns", "").len();
+        let name = "n".repeat(MAX_CLAIM_NAME_LENGTH - fixed);
+        let got = claim_name(CELL, "ns", &name);
+        assert_eq!(got.len(), 253);
+        assert!(got.ends_with(&format!(".ns.{name}")));
+    }
+
+    #[test]
+    fn long_names_end_in_a_hash_of_cell_namespace_and_name() {
+        let name = "x".repeat(300);
+        let got = claim_name(CELL, "galactic-system", &name);
+        assert_eq!(got.len(), 253);
+        let digest = hex::encode(Sha256::digest(
+            format!("{CELL}/galactic-system/{name}").as_bytes(),
+        ));
+        assert!(got.ends_with(&format!(".{}", &digest[..16])), "{got}");
+        let a = format!("{}a", "x".repeat(300));
+        let b = format!("{}b", "x".repeat(300));
+        assert_ne!(claim_name(CELL, "ns", &a), claim_name(CELL, "ns", &b));
+        assert_ne!(claim_name("c1", "ns", &a), claim_name("c2", "ns", &a));
+        assert_eq!(legacy_claim_name("ns", &a).len(), 253);
+    }
+
+    fn claim_with(pairs: &[(&str, &str)]) -> IPClaim {
+        let mut claim = IPClaim::new("c", Default::default());
+        if !pairs.is_empty() {
+            claim.metadata.annotations = Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            );
+        }
+        claim
+    }
+
+    fn incarnation(uid: Option<&'static str>) -> Incarnation<'static> {
+        Incarnation {
+            cell: CELL,
+            namespace: "ns",
+            name: "s",
+            uid,
+        }
+    }
+
+    #[test]
+    fn a_claim_belongs_to_the_incarnation_and_cell_it_names() {
+        let full = |cell: &str, uid: &str| {
+            claim_with(&[
+                (ANNOTATION_SHARD_NAMESPACE, "ns"),
+                (ANNOTATION_SHARD_NAME, "s"),
+                (ANNOTATION_CELL, cell),
+                (ANNOTATION_SHARD_UID, uid),
+            ])
+        };
+        assert_eq!(
+            owner(&full(CELL, "u1"), &incarnation(Some("u1"))),
+            Owner::This
+        );
+        assert_eq!(
+            owner(&full(CELL, "u1"), &incarnation(Some("u2"))),
+            Owner::OtherIncarnation { uid: "u1".into() }
+        );
+        assert_eq!(owner(&full(CELL, "u1"), &incarnation(None)), Owner::This);
+        assert_eq!(
+            owner(&full("other-cell", "u1"), &incarnation(Some("u1"))),
+            Owner::OtherCell {
+                cell: "other-cell".into()
+            },
+            "another cell's claim is never ours, even with the same UID"
+        );
+        assert_eq!(
+            owner(&full("other-cell", "u1"), &incarnation(None)),
+            Owner::OtherCell {
+                cell: "other-cell".into()
+            }
+        );
+    }
+
+    #[test]
+    fn unmarked_and_foreign_claims_are_told_apart() {
+        let legacy = claim_with(&[
+            (ANNOTATION_SHARD_NAMESPACE, "ns"),
+            (ANNOTATION_SHARD_NAME, "s"),
+        ]);
+        assert_eq!(owner(&legacy, &incarnation(Some("u1"))), Owner::Unmarked);
+        let other = claim_with(&[
+            (ANNOTATION_SHARD_NAMESPACE, "ns"),
+            (ANNOTATION_SHARD_NAME, "t"),
+        ]);
+        assert_eq!(
+            owner(&other, &incarnation(Some("u1"))),
+            Owner::OtherShard {
+                holder: "ns/t".into()
+            }
+        );
+        assert_eq!(
+            owner(&claim_with(&[]), &incarnation(Some("u1"))),
+            Owner::OtherShard {
+                holder: "<none>/<none>".into()
+            }
+        );
+        let half = claim_with(&[
+            (ANNOTATION_SHARD_NAMESPACE, "ns"),
+            (ANNOTATION_SHARD_NAME, "s"),
+            (ANNOTATION_SHARD_UID, "u1"),
+        ]);
+        assert!(matches!(
+            owner(&half, &incarnation(Some("u1"))),
+            Owner::OtherShard { .. }
+        ));
+    }
+}

@@ -1,0 +1,196 @@
+//! One shard, one pass: release what its deleted incarnations held, then read the live shard from
+//! the cache, decide, and make at most the writes the decision needs.
+//!
+//! A reconcile writes only through the [`WriteGate`] (the leader lease) and says what happened in
+//! [`Note`]s, which the runtime publishes as events; it never waits on the events API.
+
+mod assign;
+pub mod drift;
+mod note;
+mod release;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use egress_api::shard::EgressShard;
+use kube::api::PostParams;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client};
+use tracing::{debug, error, info, warn};
+
+use crate::Error;
+use crate::config::Settings;
+use crate::ipam::Ipam;
+use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
+use crate::metrics::Metrics;
+use crate::shard::decide::{Decision, decide, mark_served};
+use crate::shard::{ShardKey, ShardMemory, ShardState};
+
+pub use note::{Note, reason};
+
+/// Whether this instance may write right now (the leader lease).
+pub trait WriteGate: Send + Sync {
+    fn may_write(&self) -> bool;
+}
+
+/// What the queue should do with the key afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until the shard changes.
+    Done,
+    /// Again after the backoff delay.
+    Retry,
+    /// Again after the fixed re-check interval.
+    Recheck,
+    /// Not the leader: keep the key for when this instance is.
+    Yield,
+}
+
+/// What one reconcile did.
+#[derive(Debug)]
+pub struct Report {
+    pub next: Next,
+    /// What to tell whoever reads the shard.
+    pub notes: Vec<Note>,
+    /// Why the pass failed, when `next` is [`Next::Retry`].
+    pub error: Option<Error>,
+}
+
+/// Everything a reconcile reads and writes through.
+pub struct Context {
+    pub settings: Settings,
+    /// This cell's identity, resolved at start.
+    pub cell_id: String,
+    pub cell: Client,
+    pub ipam: Ipam,
+    pub store: Store<EgressShard>,
+    pub memory: Arc<ShardMemory>,
+    pub gate: Arc<dyn WriteGate>,
+    pub metrics: Metrics,
+}
+
+impl Context {
+    fn shards(&self, namespace: &str) -> Api<EgressShard> {
+        Api::namespaced(self.cell.clone(), namespace)
+    }
+
+    /// `Err(NotLeader)` unless a write may be made now.
+    fn may_write(&self) -> Result<(), Error> {
+        if self.gate.may_write() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
+
+    /// Bounds a cell request, so a hung API server cannot hold a shard (or shutdown) forever.
+    async fn timed<T>(
+        &self,
+        fut: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        match tokio::time::timeout(self.settings.request_timeout, fut).await {
+            Ok(res) => res,
+            Err(_) => Err(kube::Error::Service(
+                format!(
+                    "no answer from the cell within {:?}",
+                    self.settings.request_timeout
+                )
+                .into(),
+            )),
+        }
+    }
+
+    /// The shard as the API server has it now, or `None` when it does not exist.
+    async fn read_live(&self, key: &ShardKey) -> Result<Option<EgressShard>, Error> {
+        match self.timed(self.shards(&key.namespace).get(&key.name)).await {
+            Ok(live) => Ok(Some(live)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(source) => Err(Error::ReadShard {
+                shard: key.to_string(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Reconciles one shard and reports what to do with its key.
+pub async fn reconcile(ctx: &Context, key: &ShardKey) -> Report {
+    let start = Instant::now();
+    let mut notes = Vec::new();
+    let res = reconcile_key(ctx, key, &mut notes).await;
+    ctx.metrics.reconcile_took(start.elapsed());
+    let (next, error) = match res {
+        Ok(next) => (next, None),
+        Err(Error::NotLeader) => {
+            debug!(shard = %key, "not the leader (any more); no write made");
+            (Next::Yield, None)
+        }
+        Err(err) => {
+            if err.kube_error().is_some_and(is_conflict) {
+                debug!(shard = %key, %err, "the shard changed underneath; retrying from the cache");
+            } else if err.kube_error().is_some_and(is_unauthorized) {
+                error!(shard = %key, %err, "the credential was refused; nothing is written until it is accepted");
+            } else {
+                warn!(shard = %key, kind = err.metric_label(), %err, "reconcile failed; retrying");
+            }
+            (Next::Retry, Some(err))
+        }
+    };
+    Report { next, notes, error }
+}
+
+async fn reconcile_key(
+    ctx: &Context,
+    key: &ShardKey,
+    notes: &mut Vec<Note>,
+) -> Result<Next, Error> {
+    // Deleted incarnations first: what they held is released before anything else is claimed.
+    for gone in ctx.memory.gone(key) {
+        release::gone(ctx, key, &gone).await?;
+    }
+    let shard = match ctx
+        .store
+        .get(&ObjectRef::new(&key.name).within(&key.namespace))
+    {
+        Some(cached) if ctx.memory.is_stale(key, &cached) => return Ok(Next::Done),
+        Some(cached) => (*cached).clone(),
+        // Absent from the cache is not proof of absence: only the API server's NotFound is.
+        None => match ctx.read_live(key).await? {
+            Some(live) => live,
+            None => {
+                release::unseen(ctx, key).await?;
+                ctx.memory.forget(key);
+                return Ok(Next::Done);
+            }
+        },
+    };
+    match decide(&shard) {
+        Decision::Skip => {
+            debug!(shard = %key, "the shard is being deleted; left alone");
+            Ok(Next::Done)
+        }
+        Decision::Nothing => {
+            ctx.memory.set_state(key, ShardState::observed(&shard));
+            Ok(Next::Done)
+        }
+        Decision::MarkServed => {
+            ctx.may_write()?;
+            ctx.timed(ctx.shards(&key.namespace).replace(
+                &key.name,
+                &PostParams::default(),
+                &mark_served(&shard),
+            ))
+            .await
+            .map_err(|source| Error::MarkServed {
+                shard: key.name.clone(),
+                source,
+            })?;
+            ctx.memory
+                .wrote_over(key, shard.metadata.resource_version.as_deref());
+            ctx.memory.set_state(key, ShardState::observed(&shard));
+            info!(shard = %key, address = %shard.spec.shard_address_ipv6, "marked an addressed egress shard as serving IPv6");
+            Ok(Next::Done)
+        }
+        Decision::Claim => assign::claim_and_assign(ctx, key, &shard, notes).await,
+    }
+}

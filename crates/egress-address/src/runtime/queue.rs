@@ -1,0 +1,378 @@
+//! A keyed work queue: pending keys are deduplicated, one key is never handed out twice at once,
+//! and a key can be scheduled for later (backoff, periodic re-check).
+//!
+//! Scheduled keys live in a timer wheel ([`DelayQueue`]) driven by one task, so waiting keys cost
+//! nothing per hand-out however many there are (an IPAM outage can park thousands), and a key
+//! that becomes ready wakes one worker, not all of them.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use tokio_util::time::DelayQueue;
+use tokio_util::time::delay_queue;
+
+enum Timer<K> {
+    At(K, Instant),
+    Cancel(K),
+    Clear,
+}
+
+struct State<K> {
+    ready: VecDeque<K>,
+    queued: HashSet<K>,
+    active: HashSet<K>,
+    /// Keys added while being processed; they go back to `ready` when processing ends.
+    dirty: HashSet<K>,
+    /// When each scheduled key is due (the timer task holds the same).
+    scheduled: HashMap<K, Instant>,
+    shutdown: bool,
+}
+
+/// The queue. Made with [`WorkQueue::start`], shared behind an `Arc`.
+pub struct WorkQueue<K> {
+    state: Mutex<State<K>>,
+    ready: Notify,
+    timers: mpsc::UnboundedSender<Timer<K>>,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
+    /// A queue and the task that moves scheduled keys to ready when they are due; the task ends
+    /// with the queue.
+    pub fn start() -> Arc<Self> {
+        let (timers, rx) = mpsc::unbounded_channel();
+        let queue = Arc::new(Self {
+            state: Mutex::new(State {
+                ready: VecDeque::new(),
+                queued: HashSet::new(),
+                active: HashSet::new(),
+                dirty: HashSet::new(),
+                scheduled: HashMap::new(),
+                shutdown: false,
+            }),
+            ready: Notify::new(),
+            timers,
+        });
+        tokio::spawn(run_timers(Arc::downgrade(&queue), rx));
+        queue
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        crate::lock(&self.state)
+    }
+
+    /// Queues a key now. A key already pending stays where it is; a key being processed is
+    /// processed once more afterwards. An immediate add supersedes a scheduled one: something
+    /// changed, so waiting out the old delay helps nobody.
+    pub fn add(&self, key: K) {
+        let mut st = self.lock();
+        if st.shutdown {
+            return;
+        }
+        if st.scheduled.remove(&key).is_some() {
+            let _ = self.timers.send(Timer::Cancel(key.clone()));
+        }
+        let woke = push(&mut st, key);
+        drop(st);
+        if woke {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Queues a key after `delay`, unless it is already pending or due sooner.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let mut st = self.lock();
+        if st.shutdown || st.queued.contains(&key) {
+            return;
+        }
+        let at = Instant::now() + delay;
+        match st.scheduled.get(&key) {
+            Some(due) if *due <= at => {}
+            _ => {
+                st.scheduled.insert(key.clone(), at);
+                let _ = self.timers.send(Timer::At(key, at));
+            }
+        }
+    }
+
+    /// Ends processing of a key handed out by [`next`](Self::next).
+    pub fn done(&self, key: &K) {
+        let mut st = self.lock();
+        st.active.remove(key);
+        let woke = st.dirty.remove(key) && push(&mut st, key.clone());
+        drop(st);
+        if woke {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Drops every pending and scheduled key (keys being processed finish normally).
+    pub fn clear(&self) {
+        let mut st = self.lock();
+        st.ready.clear();
+        st.queued.clear();
+        st.dirty.clear();
+        st.scheduled.clear();
+        let _ = self.timers.send(Timer::Clear);
+    }
+
+    /// Stops handing out keys; [`next`](Self::next) returns `None` from now on.
+    pub fn shutdown(&self) {
+        self.lock().shutdown = true;
+        self.ready.notify_waiters();
+    }
+
+    /// Whether any key is ready now or being processed (scheduled ones do not count).
+    pub fn is_busy(&self) -> bool {
+        let st = self.lock();
+        !st.ready.is_empty() || !st.active.is_empty()
+    }
+
+    /// Keys ready now, scheduled, and being processed.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let st = self.lock();
+        (st.ready.len(), st.scheduled.len(), st.active.len())
+    }
+
+    /// Waits for the next key that is ready and not being processed.
+    pub async fn next(&self) -> Option<K> {
+        loop {
+            let notified = self.ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.shutdown {
+                    return None;
+                }
+                if let Some(key) = st.ready.pop_front() {
+                    st.queued.remove(&key);
+                    st.active.insert(key.clone());
+                    let more = !st.ready.is_empty();
+                    drop(st);
+                    // Pass the wake-up on: one notification may stand for several keys.
+                    if more {
+                        self.ready.notify_one();
+                    }
+                    return Some(key);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// A scheduled key is due.
+    fn due(&self, key: K, at: Instant) {
+        let mut st = self.lock();
+        // Rescheduled or superseded since: the newer schedule stands.
+        if st.scheduled.get(&key) != Some(&at) {
+            return;
+        }
+        st.scheduled.remove(&key);
+        let woke = !st.shutdown && push(&mut st, key);
+        drop(st);
+        if woke {
+            self.ready.notify_one();
+        }
+    }
+}
+
+/// Whether the key became ready (and a worker should wake).
+fn push<K: Clone + Eq + Hash>(st: &mut State<K>, key: K) -> bool {
+    if st.active.contains(&key) {
+        st.dirty.insert(key);
+        false
+    } else if st.queued.insert(key.clone()) {
+        st.ready.push_back(key);
+        true
+    } else {
+        false
+    }
+}
+
+async fn run_timers<K: Clone + Eq + Hash + Send + Sync + 'static>(
+    queue: Weak<WorkQueue<K>>,
+    mut rx: mpsc::UnboundedReceiver<Timer<K>>,
+) {
+    let mut wheel: DelayQueue<(K, Instant)> = DelayQueue::new();
+    let mut entries: HashMap<K, delay_queue::Key> = HashMap::new();
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                Some(Timer::At(key, at)) => {
+                    if let Some(old) = entries.remove(&key) {
+                        wheel.remove(&old);
+                    }
+                    let entry = wheel.insert_at((key.clone(), at), at);
+                    entries.insert(key, entry);
+                }
+                Some(Timer::Cancel(key)) => {
+                    if let Some(old) = entries.remove(&key) {
+                        wheel.remove(&old);
+                    }
+                }
+                Some(Timer::Clear) => {
+                    wheel.clear();
+                    entries.clear();
+                }
+                None => return,
+            },
+            Some(expired) = wheel.next(), if !wheel.is_empty() => {
+                let (key, at) = expired.into_inner();
+                entries.remove(&key);
+                match queue.upgrade() {
+                    Some(queue) => queue.due(key, at),
+                    None => return,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> Arc<WorkQueue<&'static str>> {
+        WorkQueue::start()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pending_keys_are_deduplicated() {
+        let q = queue();
+        q.add("a");
+        q.add("a");
+        q.add("b");
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.next().await, Some("b"));
+        assert_eq!(q.counts(), (0, 0, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_is_never_handed_out_twice_at_once() {
+        let q = queue();
+        q.add("a");
+        assert_eq!(q.next().await, Some("a"));
+        q.add("a");
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.next().await })
+        };
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !waiter.is_finished(),
+            "a key in progress was handed out again"
+        );
+        q.done(&"a");
+        assert_eq!(waiter.await.unwrap(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_without_a_new_add_does_not_requeue() {
+        let q = queue();
+        q.add("a");
+        let k = q.next().await.unwrap();
+        q.done(&k);
+        assert_eq!(q.counts(), (0, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_keys_wait_their_turn() {
+        let q = queue();
+        let start = Instant::now();
+        q.add_after("late", Duration::from_secs(30));
+        q.add_after("early", Duration::from_secs(10));
+        assert_eq!(q.next().await, Some("early"));
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert_eq!(q.next().await, Some("late"));
+        assert_eq!(start.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sooner_schedule_wins_and_an_add_supersedes_it() {
+        let q = queue();
+        let start = Instant::now();
+        q.add_after("a", Duration::from_secs(30));
+        q.add_after("a", Duration::from_secs(5));
+        q.add_after("a", Duration::from_secs(60));
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        q.done(&"a");
+        q.add_after("a", Duration::from_secs(100));
+        q.add("a");
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        q.done(&"a");
+        // The superseded schedule never fires.
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        assert_eq!(q.counts(), (0, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn workers_process_different_keys_in_parallel() {
+        let q = queue();
+        for k in ["a", "b", "c"] {
+            q.add(k);
+        }
+        let mut got = vec![
+            q.next().await.unwrap(),
+            q.next().await.unwrap(),
+            q.next().await.unwrap(),
+        ];
+        got.sort();
+        assert_eq!(got, ["a", "b", "c"]);
+        assert_eq!(q.counts(), (0, 0, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_waiting_worker_gets_a_key_when_many_become_ready() {
+        let q = queue();
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.next().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        for k in ["a", "b", "c"] {
+            q.add_after(k, Duration::from_secs(1));
+        }
+        let mut got = Vec::new();
+        for w in workers {
+            got.push(w.await.unwrap().unwrap());
+        }
+        got.sort();
+        assert_eq!(got, ["a", "b", "c"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_wakes_waiters_and_refuses_new_work() {
+        let q = queue();
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.next().await })
+        };
+        tokio::task::yield_now().await;
+        q.shutdown();
+        assert_eq!(waiter.await.unwrap(), None);
+        q.add("a");
+        assert_eq!(q.next().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clear_drops_pending_and_scheduled_work() {
+        let q = queue();
+        q.add("a");
+        q.add_after("b", Duration::from_secs(1));
+        q.clear();
+        assert_eq!(q.counts(), (0, 0, 0));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(q.counts(), (0, 0, 0));
+        assert!(!q.is_busy());
+    }
+}

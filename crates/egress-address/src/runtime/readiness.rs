@@ -1,0 +1,116 @@
+//! Whether the controller can do its work, and if not, why: the first full list of shards is
+//! cached, the cell answers and accepts the credential, and IPAM has not refused the credential
+//! or stopped answering. `/ready` reports it, with the reasons in its body, and the same facts
+//! are exported as metrics (`egress_address_ipam_up`, `egress_address_cell_up`).
+
+use std::sync::Mutex;
+
+use tokio::sync::watch;
+
+use crate::ipam::{Health, Ipam};
+use crate::metrics::Metrics;
+
+/// What the cell's latest answer said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellHealth {
+    Up,
+    CredentialRefused,
+    Unreachable,
+}
+
+struct State {
+    synced: bool,
+    cell: CellHealth,
+}
+
+/// Readiness inputs, shared between the tasks and the handle.
+pub struct Readiness {
+    state: Mutex<State>,
+    ipam: Ipam,
+    metrics: Metrics,
+    ready: watch::Sender<bool>,
+}
+
+impl Readiness {
+    pub fn new(ipam: Ipam, metrics: Metrics) -> Self {
+        Self {
+            state: Mutex::new(State {
+                synced: false,
+                cell: CellHealth::Up,
+            }),
+            ipam,
+            metrics,
+            ready: watch::channel(false).0,
+        }
+    }
+
+    pub fn set_synced(&self) {
+        crate::lock(&self.state).synced = true;
+        self.refresh();
+    }
+
+    pub fn is_synced(&self) -> bool {
+        crate::lock(&self.state).synced
+    }
+
+    pub fn set_cell(&self, health: CellHealth) {
+        let changed = {
+            let mut st = crate::lock(&self.state);
+            std::mem::replace(&mut st.cell, health) != health
+        };
+        self.metrics.set_cell_up(health == CellHealth::Up);
+        if changed {
+            self.refresh();
+        }
+    }
+
+    /// Re-reads IPAM's health (it changes with every answer) and publishes the verdict.
+    pub fn refresh(&self) {
+        let ready = self.reasons().is_empty();
+        self.ready
+            .send_if_modified(|r| std::mem::replace(r, ready) != ready);
+    }
+
+    /// Why the controller is not ready; empty when it is.
+    pub fn reasons(&self) -> Vec<&'static str> {
+        let st = crate::lock(&self.state);
+        let mut reasons = Vec::new();
+        if !st.synced {
+            reasons.push("the shards are not listed yet");
+        }
+        match st.cell {
+            CellHealth::Up => {}
+            CellHealth::CredentialRefused => {
+                reasons.push("the cell refuses the controller's credential")
+            }
+            CellHealth::Unreachable => reasons.push("the cell's API server does not answer"),
+        }
+        match self.ipam.health() {
+            Health::Up | Health::Unknown => {}
+            Health::CredentialRefused => reasons.push("IPAM refuses the controller's credential"),
+            Health::Unreachable => reasons.push("IPAM does not answer"),
+        }
+        reasons
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.refresh();
+        *self.ready.borrow()
+    }
+
+    /// Resolves once ready.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let mut ipam = self.ipam.health_changes();
+        loop {
+            self.refresh();
+            if *rx.borrow_and_update() {
+                return;
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = ipam.changed() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The shard watch: keeps the cache (reflector store) and the per-shard memory true, and queues
+//! work for the leader. A standby queues nothing: it remembers only deletions (until the leader
+//! reports them released), and on taking over looks at every shard once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use egress_api::shard::EgressShard;
+use futures::{StreamExt, TryStreamExt};
+use kube::runtime::reflector::Store;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::leader::LeaderToken;
+use super::queue::WorkQueue;
+use super::readiness::{CellHealth, Readiness};
+use crate::kube_status::is_unauthorized;
+use crate::shard::{ShardKey, ShardMemory};
+
+/// What the watch task works with.
+pub struct Watch {
+    pub api: Api<EgressShard>,
+    pub store: Store<EgressShard>,
+    pub writer: Writer<EgressShard>,
+    pub memory: Arc<ShardMemory>,
+    pub queue: Arc<WorkQueue<ShardKey>>,
+    pub leader: LeaderToken,
+    pub readiness: Arc<Readiness>,
+}
+
+impl Watch {
+    pub fn new_api(cell: Client, namespace: Option<&str>) -> Api<EgressShard> {
+        match namespace {
+            Some(ns) => Api::namespaced(cell, ns),
+            None => Api::all(cell),
+        }
+    }
+
+    fn queue_if_leading(&self, key: ShardKey) {
+        if self.leader.is_leader() {
+            self.queue.add(key);
+        }
+    }
+
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut stream = watcher(self.api.clone(), watcher::Config::default())
+            .default_backoff()
+            .into_stream()
+            .boxed();
+        let mut listing: HashSet<ShardKey> = HashSet::new();
+        loop {
+            let item = tokio::select! {
+                _ = stop.cancelled() => return,
+                item = stream.try_next() => item,
+            };
+            let event = match item {
+                Ok(Some(event)) => event,
+                Ok(None) => return,
+                Err(err) => {
+                    if kube_error_of(&err).is_some_and(is_unauthorized) {
+                        self.readiness.set_cell(CellHealth::CredentialRefused);
+                        error!(%err, "the cell refused the controller's credential; not ready, nothing is written");
+                    } else {
+                        self.readiness.set_cell(CellHealth::Unreachable);
+                        warn!(%err, "watching egress shards failed; retrying");
+                    }
+                    continue;
+                }
+            };
+            self.readiness.set_cell(CellHealth::Up);
+            // Memory first, then the store, then the queue: a worker that takes the key must
+            // find the cache already showing what the event said.
+            let mut ready: Vec<ShardKey> = Vec::new();
+            match &event {
+                watcher::Event::Init => listing.clear(),
+                watcher::Event::InitApply(shard) => {
+                    let key = ShardKey::of(shard);
+                    self.memory.observe(&key, shard);
+                    // Queued at InitDone: until then the reflector keeps listed objects out of
+                    // the store, and a reconcile would take the shard for gone and read it live.
+                    listing.insert(key);
+                }
+                watcher::Event::InitDone => {
+                    // A shard deleted while the watch was down shows only as a missing entry;
+                    // the store still holds its last state until InitDone is applied.
+                    for old in self.store.state() {
+                        let key = ShardKey::of(&old);
+                        if !listing.contains(&key) {
+                            self.memory.observe_deleted(&key, Some(&old), None);
+                            ready.push(key);
+                        }
+                    }
+                    ready.extend(listing.drain());
+                }
+                watcher::Event::Apply(shard) => {
+                    let key = ShardKey::of(shard);
+                    self.memory.observe(&key, shard);
+                    ready.push(key);
+                }
+                watcher::Event::Delete(shard) => {
+                    let key = ShardKey::of(shard);
+                    self.memory.observe_deleted(
+                        &key,
+                        Some(shard),
+                        shard.metadata.resource_version.as_deref(),
+                    );
+                    ready.push(key);
+                }
+            }
+            self.writer.apply_watcher_event(&event);
+            if matches!(event, watcher::Event::InitDone) && !self.readiness.is_synced() {
+                info!(
+                    shards = self.store.state().len(),
+                    "the first full list of shards is cached"
+                );
+                self.readiness.set_synced();
+            }
+            for key in ready {
+                self.queue_if_leading(key);
+            }
+        }
+    }
+}
+
+fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
+    match err {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// A new leader looks at every shard once, and at every deletion still pending: the previous
+/// leader may have left work unfinished. A leader that loses the lease drops its queue.
+pub async fn follow_leadership(
+    leader: LeaderToken,
+    store: Store<EgressShard>,
+    memory: Arc<ShardMemory>,
+    queue: Arc<WorkQueue<ShardKey>>,
+    stop: CancellationToken,
+) {
+    let mut rx = leader.subscribe();
+    let mut was_leader = false;
+    loop {
+        let leading = *rx.borrow_and_update() && leader.is_leader();
+        if leading && !was_leader {
+            for shard in store.state() {
+                queue.add(ShardKey::of(&shard));
+            }
+            for key in memory.keys_with_deletions() {
+                queue.add(key);
+            }
+        } else if !leading && was_leader {
+            queue.clear();
+        }
+        was_leader = leading;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = rx.changed() => if changed.is_err() { return },
+        }
+    }
+}

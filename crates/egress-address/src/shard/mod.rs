@@ -1,0 +1,91 @@
+//! Shards as this controller sees them: their key, what they need ([`decide`]), and everything
+//! remembered about them between reconciles ([`memory`]). Pure: no I/O.
+
+pub mod decide;
+pub mod memory;
+
+use egress_api::shard::EgressShard;
+
+pub use memory::{Gone, ShardMemory};
+
+/// A shard's namespace and name: the unit of work.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ShardKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    pub fn of(shard: &EgressShard) -> Self {
+        Self::new(
+            shard.metadata.namespace.clone().unwrap_or_default(),
+            shard.metadata.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
+impl std::fmt::Display for ShardKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a shard stands, as far as its address goes.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ShardState {
+    /// Address and ref recorded.
+    Addressed,
+    /// Waiting: no claim yet, or a claim IPAM has not bound.
+    Pending,
+    /// IPAM refused, answered unusably, the claim belongs to someone else, or the address is
+    /// already carried by another shard.
+    Refused,
+    /// Addressed without a ref: nothing says which IPAM record holds the address.
+    Unattributable,
+}
+
+impl ShardState {
+    pub const ALL: [ShardState; 4] = [
+        ShardState::Addressed,
+        ShardState::Pending,
+        ShardState::Refused,
+        ShardState::Unattributable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShardState::Addressed => "addressed",
+            ShardState::Pending => "pending",
+            ShardState::Refused => "refused",
+            ShardState::Unattributable => "unattributable",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            ShardState::Addressed => 0,
+            ShardState::Pending => 1,
+            ShardState::Refused => 2,
+            ShardState::Unattributable => 3,
+        }
+    }
+
+    /// The state a shard's cached object shows by itself (refusals are only known to a
+    /// reconcile).
+    pub fn observed(shard: &EgressShard) -> ShardState {
+        if decide::is_unattributable(shard) {
+            ShardState::Unattributable
+        } else if shard.spec.shard_address_ipv6.is_empty() {
+            ShardState::Pending
+        } else {
+            ShardState::Addressed
+        }
+    }
+}
