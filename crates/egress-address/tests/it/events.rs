@@ -1,12 +1,10 @@
 //! The event publisher against localplane over HTTP: events give way to address work.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use egress_address::Metrics;
 use egress_address::reconcile::{Note, reason};
 use egress_address::runtime::events::Notifier;

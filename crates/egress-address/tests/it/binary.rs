@@ -1,14 +1,12 @@
 //! The `egress-address-controller` binary as a process, against localplane on loopback TCP with
 //! kubeconfig files.
 
-mod common;
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_egress-address-controller");
 

@@ -1,13 +1,13 @@
 //! A localplane (cell + Milo platform project with IPAM) on loopback, and a controller against it.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_address::{Controller, Handle, Metrics, Settings};
+use egress_address::{Controller, Handle, LeaderElection, Metrics, Settings};
 use egress_api::ipam::{IPAllocation, IPClaim};
 use egress_api::shard::{EgressShard, EgressShardSpec, TargetRef};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -108,6 +108,23 @@ impl Plane {
             shard_name: shard,
             shard_uid: uid,
         })
+    }
+
+    /// A second cell served by its own localplane, with no IPAM of its own: its controller
+    /// claims from the first plane's IPAM, as two cells of one location do.
+    pub async fn start_cell_only() -> Plane {
+        let dir = tempfile::tempdir().unwrap();
+        let lp = LocalPlane::builder()
+            .crd_dir(repo_root().join("config/crd"))
+            .namespace(SHARD_NS)
+            .identity(Identity::admin(ADMIN, ADMIN_TOKEN))
+            .build()
+            .expect("localplane builds");
+        let mut lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        lp.set_kubeconfig_dir(dir.path());
+        let plane = Plane { lp, dir };
+        plane.ensure_kube_system();
+        plane
     }
 
     pub fn cell(&self) -> Client {
@@ -415,4 +432,39 @@ pub fn fault(plane: &str, verb: &str, resource: &str, code: u16) -> FaultRule {
         code: Some(code),
         ..Default::default()
     }
+}
+
+pub const LEASE: &str = "egress-address-controller.cloud.datumapis.com";
+
+pub fn elected(identity: &str) -> egress_address::Settings {
+    let mut s = settings();
+    s.identity = identity.into();
+    s.leader_election = Some(LeaderElection {
+        lease_duration: Duration::from_millis(2000),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+        ..LeaderElection::new("default")
+    });
+    s
+}
+
+pub fn leases(plane: &Plane) -> Api<Lease> {
+    Api::namespaced(plane.cell(), "default")
+}
+
+pub async fn holder(plane: &Plane) -> Option<String> {
+    leases(plane)
+        .get_opt(LEASE)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+/// A controller with election on, once it leads.
+pub async fn leading(plane: &Plane, identity: &str) -> Ctl {
+    let ctl = start_controller(plane, elected(identity)).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
+        .await
+        .expect("the controller leads");
+    ctl
 }

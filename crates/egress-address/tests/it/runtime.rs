@@ -1,50 +1,11 @@
 //! Leader election, drift, shutdown and credential refusals, against localplane over HTTP.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
-use egress_address::LeaderElection;
-use k8s_openapi::api::coordination::v1::Lease;
+use crate::common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
 use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client};
-
-const LEASE: &str = "egress-address-controller.cloud.datumapis.com";
-
-fn elected(identity: &str) -> egress_address::Settings {
-    let mut s = settings();
-    s.identity = identity.into();
-    s.leader_election = Some(LeaderElection {
-        lease_duration: Duration::from_millis(2000),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(200),
-        ..LeaderElection::new("default")
-    });
-    s
-}
-
-fn leases(plane: &Plane) -> Api<Lease> {
-    Api::namespaced(plane.cell(), "default")
-}
-
-async fn holder(plane: &Plane) -> Option<String> {
-    leases(plane)
-        .get_opt(LEASE)
-        .await
-        .unwrap()
-        .and_then(|l| l.spec?.holder_identity)
-}
-
-/// A controller with election on, once it leads.
-async fn leading(plane: &Plane, identity: &str) -> Ctl {
-    let ctl = start_controller(plane, elected(identity)).await;
-    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_leader())
-        .await
-        .expect("the controller leads");
-    ctl
-}
 
 async fn lost_leadership(ctl: &Ctl, what: &str) {
     eventually(5, what, || async {

@@ -1,11 +1,9 @@
 //! The shipped grants are enough, and nothing more is used: the cell RBAC in `config/rbac` and
 //! the Milo grant in `config/egress-address/milo-grant.yaml`, enforced by localplane.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use egress_address::LeaderElection;
 use kube::api::{DeleteParams, PostParams};
 use localplane::{Identity, LocalPlane};

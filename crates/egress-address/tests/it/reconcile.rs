@@ -1,12 +1,10 @@
 //! Every reconcile rule of issue 5, against localplane over HTTP.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
 };

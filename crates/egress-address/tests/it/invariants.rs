@@ -1,0 +1,410 @@
+//! The invariants users rely on, each under the fault that used to break it: never two live shards
+//! on one address (in any cell), never an address no egress shard may carry, never a released
+//! claim that a live shard still holds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use egress_address::ipam::naming::{
+    ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
+    claim_name, legacy_claim_name,
+};
+use egress_api::ipam::IPClaim;
+use egress_api::shard::AddressClaimRef;
+use kube::api::{DeleteParams, PostParams};
+
+use crate::common::*;
+
+fn uid(shard: &egress_api::shard::EgressShard) -> String {
+    shard
+        .metadata
+        .uid
+        .clone()
+        .expect("a stored shard has a UID")
+}
+
+fn annotation(claim: &IPClaim, key: &str) -> Option<String> {
+    claim.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test]
+async fn two_cells_with_one_shard_name_get_two_addresses_and_keep_them() {
+    let a = Plane::start().await;
+    let b = Plane::start_cell_only().await;
+    assert_ne!(a.cell_id(), b.cell_id());
+    let ctl_a = start_controller(&a, settings()).await;
+    // Cell b claims from cell a's IPAM, as two cells of one location do.
+    let ctl_b = start_controller_with(settings(), b.cell(), a.ipam_for_controller().await).await;
+    a.create_shard("twin").await;
+    b.create_shard("twin").await;
+    let in_a = addressed(&a, "twin").await;
+    let in_b = addressed(&b, "twin").await;
+    assert_ne!(
+        in_a.spec.shard_address_ipv6, in_b.spec.shard_address_ipv6,
+        "two live shards on one address"
+    );
+    let claim_a = a.claim_name("twin");
+    let claim_b = claim_name(&b.cell_id(), SHARD_NS, "twin");
+    assert_ne!(claim_a, claim_b);
+    assert_eq!(
+        in_b.spec.shard_address_ipv6_claim_ref.clone().unwrap().name,
+        claim_b
+    );
+    let held_b = a.claim_now(&claim_b).expect("cell b's claim");
+    assert_eq!(annotation(&held_b, ANNOTATION_CELL), Some(b.cell_id()));
+    assert_eq!(annotation(&held_b, ANNOTATION_SHARD_UID), Some(uid(&in_b)));
+
+    // Deleting cell a's shard releases cell a's claim, and nothing of cell b's.
+    a.shards()
+        .delete("twin", &DeleteParams::default())
+        .await
+        .unwrap();
+    claim_released(&a, &claim_a, "cell a's claim released").await;
+    assert!(
+        a.claim_now(&claim_b).is_some(),
+        "cell b's live shard lost its claim"
+    );
+    ctl_a.stop().await.unwrap();
+    ctl_b.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
+    let plane = Plane::start().await;
+    // An IPAM that hands every claim the same address.
+    plane.add_platform_hook(Arc::new(RewriteCidr("2607:ed40:100::77/128".into())));
+    plane.create_shard("first").await;
+    plane.create_shard("second").await;
+    let ctl = start_controller(&plane, settings()).await;
+    let refused = eventually(10, "an AddressInUse event", || async {
+        for name in ["first", "second"] {
+            if plane
+                .event_reasons(name)
+                .await
+                .contains(&"AddressInUse".to_string())
+            {
+                return Some(name);
+            }
+        }
+        None
+    })
+    .await;
+    let kept = if refused == "first" {
+        "second"
+    } else {
+        "first"
+    };
+    let holder = addressed(&plane, kept).await;
+    assert_eq!(holder.spec.shard_address_ipv6, "2607:ed40:100::77");
+    let other = plane.shard_now(refused).unwrap();
+    assert!(other.spec.shard_address_ipv6.is_empty());
+    assert!(other.spec.shard_address_ipv6_claim_ref.is_none());
+    assert!(ctl.metrics.claim_outcome_count("AddressInUse") >= 1);
+    assert_eq!(ctl.metrics.shards_in("refused"), 1);
+    let note = plane
+        .events_for(refused)
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("AddressInUse"))
+        .and_then(|e| e.note)
+        .unwrap();
+    assert!(note.contains(&format!("{SHARD_NS}/{kept}")), "{note}");
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn addresses_no_shard_may_carry_are_never_written() {
+    for (answer, why) in [
+        ("fe80::1/128", "link-local"),
+        ("ff02::1/128", "multicast"),
+        ("2607:ed40:100::/128", "subnet-router anycast"),
+        ("64:ff9b::c000:201/128", "NAT64"),
+    ] {
+        let plane = Plane::start().await;
+        plane.add_platform_hook(Arc::new(RewriteCidr(answer.into())));
+        let ctl = start_controller(&plane, settings()).await;
+        plane.create_shard("odd").await;
+        let note = eventually(10, "an UnusableAnswer event", || async {
+            plane
+                .events_for("odd")
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("UnusableAnswer"))
+                .and_then(|e| e.note)
+        })
+        .await;
+        assert!(note.contains(why), "{answer}: {note}");
+        let shard = plane.shard_now("odd").unwrap();
+        assert!(shard.spec.shard_address_ipv6.is_empty(), "{answer} written");
+        assert_eq!(
+            plane
+                .lp
+                .metrics()
+                .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
+            0
+        );
+        ctl.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failed_read_after_a_taken_name_is_retried_not_refused() {
+    let plane = Plane::start().await;
+    let shard = plane.create_shard("taken").await;
+    // This incarnation's own claim exists (an earlier create whose answer was lost); the create
+    // is answered 409 ClaimExists and the read that follows fails.
+    let ours = plane
+        .claims()
+        .create(
+            &PostParams::default(),
+            &plane.desired_claim("taken", &uid(&shard)),
+        )
+        .await
+        .unwrap();
+    plane.set_faults(vec![fault(PLATFORM, "get", "ipclaims", 500)]);
+    let ctl = start_controller(&plane, settings()).await;
+    eventually(10, "the read retried", || async {
+        (ctl.metrics.claim_outcome_count("ClaimUnreadable") >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(ctl.metrics.shards_in("refused"), 0, "taken for a refusal");
+    assert!(
+        !plane
+            .event_reasons("taken")
+            .await
+            .contains(&"ClaimRefused".to_string())
+    );
+    plane.clear_faults();
+    let addressed = addressed(&plane, "taken").await;
+    assert_eq!(
+        format!("{}/128", addressed.spec.shard_address_ipv6),
+        ours.status.unwrap().allocated_cidr,
+        "its own claim is used"
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_shard_recreated_under_its_name_gets_its_own_claim() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("phoenix").await;
+    let first = addressed(&plane, "phoenix").await;
+    ctl.stop().await.unwrap();
+    // Deleted and created again while no controller ran: the earlier incarnation's claim is
+    // still there under the same name.
+    plane
+        .shards()
+        .delete("phoenix", &DeleteParams::default())
+        .await
+        .unwrap();
+    let second = plane.create_shard("phoenix").await;
+    assert_ne!(uid(&first), uid(&second));
+    let name = plane.claim_name("phoenix");
+    let earlier = plane.claim_now(&name).unwrap();
+    assert_eq!(
+        annotation(&earlier, ANNOTATION_SHARD_UID),
+        Some(uid(&first))
+    );
+
+    let ctl = start_controller(&plane, settings()).await;
+    let again = addressed(&plane, "phoenix").await;
+    assert_eq!(uid(&again), uid(&second));
+    let claim = plane.claim_now(&name).unwrap();
+    assert_eq!(
+        annotation(&claim, ANNOTATION_SHARD_UID),
+        Some(uid(&second)),
+        "the new incarnation adopted the earlier one's claim"
+    );
+    assert_ne!(claim.metadata.uid, earlier.metadata.uid);
+    assert_eq!(
+        format!("{}/128", again.spec.shard_address_ipv6),
+        claim.status.unwrap().allocated_cidr
+    );
+    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+        &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
+        Some(CLAIM_NS),
+    );
+    assert_eq!(claims.len(), 1, "one live shard, one claim");
+    ctl.stop().await.unwrap();
+}
+
+/// A claim as the Go controller made it: the old name, the shard's annotations, nothing else.
+fn go_controller_claim(plane: &Plane, shard: &str) -> IPClaim {
+    let mut claim = plane.desired_claim(shard, "unused");
+    claim.metadata.name = Some(legacy_claim_name(SHARD_NS, shard));
+    claim.metadata.annotations = Some(BTreeMap::from([
+        (ANNOTATION_SHARD_NAMESPACE.to_string(), SHARD_NS.to_string()),
+        (ANNOTATION_SHARD_NAME.to_string(), shard.to_string()),
+    ]));
+    claim
+}
+
+#[tokio::test]
+async fn shards_addressed_by_the_go_controller_are_kept_and_released() {
+    let plane = Plane::start().await;
+    let legacy = plane
+        .claims()
+        .create(&PostParams::default(), &go_controller_claim(&plane, "old"))
+        .await
+        .unwrap();
+    let legacy_name = legacy.metadata.name.clone().unwrap();
+    let cidr = legacy.status.unwrap().allocated_cidr;
+    let mut old = new_shard("old");
+    old.spec.shard_address_ipv6 = cidr.trim_end_matches("/128").to_string();
+    old.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+        api_group: "ipam.miloapis.com".into(),
+        kind: "IPClaim".into(),
+        project: PLATFORM.into(),
+        namespace: CLAIM_NS.into(),
+        name: legacy_name.clone(),
+    });
+    old.metadata.labels = Some(BTreeMap::from([(
+        "network.datumapis.com/egress-ipv6".to_string(),
+        "true".to_string(),
+    )]));
+    plane
+        .shards()
+        .create(&PostParams::default(), &old)
+        .await
+        .unwrap();
+    // A Go-era claim for a shard it never addressed: never adopted.
+    let stray = plane
+        .claims()
+        .create(&PostParams::default(), &go_controller_claim(&plane, "new"))
+        .await
+        .unwrap();
+    plane.reset_counters();
+
+    let ctl = start_controller(&plane, settings()).await;
+    settle().await;
+    assert_eq!(
+        plane.work_request_total(),
+        0,
+        "the switch wrote: {:#?}",
+        plane.work_requests()
+    );
+    plane.create_shard("new").await;
+    let new = addressed(&plane, "new").await;
+    let new_ref = new.spec.shard_address_ipv6_claim_ref.unwrap();
+    assert_eq!(
+        new_ref.name,
+        plane.claim_name("new"),
+        "an unmarked claim was adopted"
+    );
+    assert_ne!(
+        format!("{}/128", new.spec.shard_address_ipv6),
+        stray.status.unwrap().allocated_cidr
+    );
+
+    plane
+        .shards()
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap();
+    claim_released(&plane, &legacy_name, "the Go controller's claim released").await;
+    plane
+        .shards()
+        .delete("new", &DeleteParams::default())
+        .await
+        .unwrap();
+    claim_released(
+        &plane,
+        &plane.claim_name("new"),
+        "the new shard's claim released",
+    )
+    .await;
+    assert!(
+        plane
+            .claim_now(&legacy_claim_name(SHARD_NS, "new"))
+            .is_some(),
+        "an unmarked claim no shard recorded was released"
+    );
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_standby_remembers_only_pending_releases_and_takes_over_without_replaying() {
+    let plane = Plane::start().await;
+    // A claim under one shard's derived name, made for another shard: nobody may release it.
+    let mut foreign = plane.desired_claim("other", "someone-elses-uid");
+    foreign
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_SHARD_NAMESPACE.to_string(), "elsewhere".into());
+    plane
+        .claims()
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+
+    let a = leading(&plane, "a").await;
+    let b = start_controller(&plane, elected("b")).await;
+    assert!(!b.handle.is_leader());
+    plane.create_shard("other").await;
+    for i in 0..20 {
+        plane.create_shard(&format!("churn-{i}")).await;
+    }
+    for i in 0..20 {
+        addressed(&plane, &format!("churn-{i}")).await;
+    }
+    eventually(10, "the collision refused", || async {
+        plane
+            .event_reasons("other")
+            .await
+            .contains(&"ClaimNameCollision".to_string())
+            .then_some(())
+    })
+    .await;
+    for i in 0..20 {
+        plane
+            .shards()
+            .delete(&format!("churn-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    plane
+        .shards()
+        .delete("other", &DeleteParams::default())
+        .await
+        .unwrap();
+    for i in 0..20 {
+        claim_released(
+            &plane,
+            &plane.claim_name(&format!("churn-{i}")),
+            "a release",
+        )
+        .await;
+    }
+    // The leader's renewals carry what it released; the standby lets go of all of it.
+    eventually(10, "the standby to forget released deletions", || async {
+        (b.handle.remembered_shards() == 0).then_some(())
+    })
+    .await;
+
+    plane.reset_counters();
+    a.stop().await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), b.handle.wait_leader())
+        .await
+        .expect("the standby takes over");
+    settle().await;
+    let m = plane.lp.metrics();
+    assert_eq!(
+        m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
+        0,
+        "the takeover replayed releases: {:#?}",
+        m.snapshot()
+    );
+    assert_eq!(
+        m.count(|k| k.verb == "get" && k.resource.starts_with("egressshards")),
+        0,
+        "the takeover re-read gone shards"
+    );
+    assert!(
+        plane.claim_now(&plane.claim_name("other")).is_some(),
+        "another shard's claim was released"
+    );
+    b.stop().await.unwrap();
+}

@@ -1,0 +1,9 @@
+//! The controller against localplane over real HTTP: one test binary, one module per concern.
+
+mod binary;
+mod common;
+mod events;
+mod invariants;
+mod rbac;
+mod reconcile;
+mod runtime;
