@@ -114,6 +114,11 @@ impl Error {
         }
     }
 
+    /// Whether the failure came from IPAM.
+    pub fn is_ipam_error(&self) -> bool {
+        matches!(self, Error::Claim { .. } | Error::Release { .. })
+    }
+
     /// Whether the failure came from the cell's API server (not IPAM).
     pub fn is_cell_error(&self) -> bool {
         matches!(

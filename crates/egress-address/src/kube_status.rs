@@ -43,6 +43,65 @@ pub fn answered(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(_))
 }
 
+/// Why no answer arrived, in one word an operator can act on: `certificate` (the server's
+/// certificate was not trusted, or ours refused), `dns` (the name did not resolve), `refused`
+/// (nothing listens), `timeout`, `reset` (the connection was cut), `too-large` (an answer past
+/// the size limit), or `transport` for anything else. `None` when the server answered.
+pub fn transport_cause(err: &kube::Error) -> Option<&'static str> {
+    if answered(err) {
+        return None;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    let mut text = String::new();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return Some("refused"),
+                std::io::ErrorKind::TimedOut => return Some("timeout"),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
+                    return Some("reset");
+                }
+                _ => {}
+            }
+        }
+        text.push_str(&e.to_string().to_ascii_lowercase());
+        text.push('\n');
+        source = e.source();
+    }
+    let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    Some(if has(&["larger than"]) {
+        "too-large"
+    } else if has(&[
+        "certificate",
+        "unknownissuer",
+        "tls handshake",
+        "invalid peer",
+        "badsignature",
+    ]) {
+        "certificate"
+    } else if has(&[
+        "dns error",
+        "failed to lookup",
+        "name or service not known",
+        "no such host",
+    ]) {
+        "dns"
+    } else if has(&["connection refused"]) {
+        "refused"
+    } else if has(&["timed out", "no answer from", "deadline"]) {
+        "timeout"
+    } else if has(&[
+        "connection reset",
+        "connection closed",
+        "broken pipe",
+        "incomplete message",
+    ]) {
+        "reset"
+    } else {
+        "transport"
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +130,42 @@ mod tests {
         assert!(!is_already_exists(&wire(
             r#"{"code":409,"reason":"Conflict"}"#
         )));
+    }
+
+    #[test]
+    fn transport_causes_are_named_from_the_error_chain() {
+        let service = |msg: &str| kube::Error::Service(msg.to_string().into());
+        assert_eq!(transport_cause(&wire(r#"{"code":500}"#)), None);
+        assert_eq!(
+            transport_cause(&service("no answer from IPAM within 30s")),
+            Some("timeout")
+        );
+        assert_eq!(
+            transport_cause(&service(
+                "client error (Connect): invalid peer certificate: UnknownIssuer"
+            )),
+            Some("certificate")
+        );
+        assert_eq!(
+            transport_cause(&service(
+                "client error (Connect): dns error: failed to lookup address information"
+            )),
+            Some("dns")
+        );
+        let refused = kube::Error::Service(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert_eq!(transport_cause(&refused), Some("refused"));
+        assert_eq!(
+            transport_cause(&service(
+                "the answer was larger than 1048576 bytes and was not read"
+            )),
+            Some("too-large")
+        );
+        assert_eq!(
+            transport_cause(&service("something else")),
+            Some("transport")
+        );
     }
 
     #[test]

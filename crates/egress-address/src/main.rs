@@ -9,6 +9,7 @@ use egress_address::config::args::{Args, LogFormat};
 use egress_address::config::kubeconfig;
 use egress_address::runtime::admin;
 use egress_address::{Controller, Metrics, ipam};
+
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -64,12 +65,15 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
         .map_err(anyhow::Error::msg)
         .context("--health-probe-bind-address")?;
 
-    let cell = kubeconfig::cell_client(args.planes.kubeconfig.as_deref())
-        .await
-        .context("unable to start manager")?;
-    let ipam = ipam::ipam_client(
+    let transport = args.planes.transport();
+    let (cell, cell_follower) =
+        kubeconfig::following_cell_client(args.planes.kubeconfig.as_deref(), transport)
+            .await
+            .context("unable to start manager")?;
+    let (ipam, ipam_follower) = ipam::following_ipam_client(
         args.planes.ipam_kubeconfig.as_ref(),
         &settings.platform_project,
+        transport,
     )
     .await
     .context("unable to load the IPAM kubeconfig")?;
@@ -80,6 +84,10 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
     let router = admin::router(controller.handle(), Arc::new(registry));
 
     let stop = CancellationToken::new();
+    // Rotated credentials are picked up while running.
+    for follower in cell_follower.into_iter().chain([ipam_follower]) {
+        tokio::spawn(follower.run(stop.clone()));
+    }
     let mut servers = Vec::new();
     let mut bound = Vec::new();
     for addr in [metrics_addr, probe_addr].into_iter().flatten() {

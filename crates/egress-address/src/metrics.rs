@@ -36,6 +36,12 @@ struct VerbLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransportLabels {
+    plane: &'static str,
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DriftLabels {
     kind: String,
 }
@@ -57,6 +63,7 @@ pub struct Metrics {
     leader: Gauge,
     ipam_up: Gauge,
     cell_up: Gauge,
+    transport_errors: Family<TransportLabels, Counter>,
     drift: Family<DriftLabels, Counter>,
     events_dropped: Counter,
     events_waiting: Gauge,
@@ -100,6 +107,11 @@ impl Metrics {
             m.ipam_up.clone(),
         );
         r.register(
+            "transport_errors",
+            "Requests that got no answer, by plane and cause (certificate, dns, refused, timeout, reset, too-large, server-error, throttled, transport)",
+            m.transport_errors.clone(),
+        );
+        r.register(
             "cell_up",
             "1 while the cell's API server answers and accepts the credential, 0 otherwise",
             m.cell_up.clone(),
@@ -138,6 +150,7 @@ impl Metrics {
             leader: Gauge::default(),
             ipam_up: Gauge::default(),
             cell_up: Gauge::default(),
+            transport_errors: Family::default(),
             drift: Family::default(),
             events_dropped: Counter::default(),
             events_waiting: Gauge::default(),
@@ -156,6 +169,19 @@ impl Metrics {
 
     pub fn shards_in(&self, state: &'static str) -> i64 {
         self.shards.get_or_create(&StateLabels { state }).get()
+    }
+
+    /// A request to `plane` that got no usable answer, and why.
+    pub fn transport_error(&self, plane: &'static str, cause: &'static str) {
+        self.transport_errors
+            .get_or_create(&TransportLabels { plane, cause })
+            .inc();
+    }
+
+    pub fn transport_error_count(&self, plane: &'static str, cause: &'static str) -> u64 {
+        self.transport_errors
+            .get_or_create(&TransportLabels { plane, cause })
+            .get()
     }
 
     /// Whether the cell's latest answer accepted the credential.

@@ -60,6 +60,18 @@ pub struct PlaneArgs {
     /// Only watch shards in this namespace.
     #[arg(long, env = "SHARD_NAMESPACE")]
     pub shard_namespace: Option<String>,
+    /// Allow a kubeconfig to send its credential over plain HTTP to another host (never do this
+    /// outside a lab).
+    #[arg(long, env = "ALLOW_PLAINTEXT_CREDENTIALS")]
+    pub allow_plaintext_credentials: bool,
+}
+
+impl PlaneArgs {
+    pub fn transport(&self) -> crate::config::kubeconfig::Transport {
+        crate::config::kubeconfig::Transport {
+            allow_plaintext_credentials: self.allow_plaintext_credentials,
+        }
+    }
 }
 
 /// Leader election: a single writer is what keeps one shard to one address.
@@ -129,6 +141,23 @@ pub struct TuningArgs {
     /// Upper bound of one API request made by a reconcile.
     #[arg(long, env = "EGRESS_ADDRESS_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// Consecutive failed IPAM requests (no answer, 5xx, 429, refused credential) after which
+    /// IPAM is treated as down: requests stop, one probe goes out per probe interval.
+    #[arg(
+        long,
+        env = "EGRESS_ADDRESS_IPAM_FAILURE_THRESHOLD",
+        default_value_t = 5
+    )]
+    pub ipam_failure_threshold: u32,
+    /// Time between probes while IPAM is down.
+    #[arg(long, env = "EGRESS_ADDRESS_IPAM_PROBE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub ipam_probe_interval: Duration,
+    /// Retries of all shards together, per second on average (on top of per-shard backoff).
+    #[arg(long, env = "EGRESS_ADDRESS_RETRY_QPS", default_value_t = 10.0)]
+    pub retry_qps: f64,
+    /// Retries of all shards together, at once.
+    #[arg(long, env = "EGRESS_ADDRESS_RETRY_BURST", default_value_t = 100)]
+    pub retry_burst: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -199,6 +228,10 @@ impl Args {
         s.event_repeat_interval = self.tuning.event_repeat_interval;
         s.shutdown_grace = self.tuning.shutdown_grace;
         s.request_timeout = self.tuning.request_timeout;
+        s.ipam_failure_threshold = self.tuning.ipam_failure_threshold;
+        s.ipam_probe_interval = self.tuning.ipam_probe_interval;
+        s.retry_qps = self.tuning.retry_qps;
+        s.retry_burst = self.tuning.retry_burst;
         s.identity = match self.leader.identity.as_deref() {
             Some(id) if !id.is_empty() => format!("{id}_{:08x}", rand::random::<u32>()),
             _ => default_identity(),

@@ -7,9 +7,13 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use tracing::warn;
 
+use super::connection::{self, Follower, MAX_CELL_ANSWER};
 use crate::Error;
 
 /// Keys whose values are credentials.
@@ -29,8 +33,22 @@ const SECRET_KEYS: &[&str] = &[
 /// Shortest run of token-like characters treated as a secret even under an unknown key.
 const SECRET_RUN: usize = 20;
 
-/// Reads a kubeconfig file; any error names the file and never its content.
+/// How strictly a kubeconfig's transport is judged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transport {
+    /// Send a credential over plain HTTP to a server that is not on this host.
+    pub allow_plaintext_credentials: bool,
+}
+
+/// Reads a kubeconfig file; any error names the file and never its content. A credential is
+/// never sent over plain HTTP to another host (unless allowed), and TLS verification turned off
+/// is warned about loudly.
 pub async fn load(path: &Path) -> Result<Config, Error> {
+    load_with(path, Transport::default()).await
+}
+
+/// [`load`] with an explicit transport policy.
+pub async fn load_with(path: &Path, transport: Transport) -> Result<Config, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Kubeconfig {
         path: path.display().to_string(),
         message: format!("cannot read it ({})", e.kind()),
@@ -41,9 +59,42 @@ pub async fn load(path: &Path) -> Result<Config, Error> {
         message: redact(&message, &secrets),
     };
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| fail(describe_parse_error(&e)))?;
-    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| fail(e.to_string()))
+        .map_err(|e| fail(e.to_string()))?;
+    check_transport(&config, transport).map_err(fail)?;
+    if config.accept_invalid_certs {
+        warn!(
+            path = %path.display(),
+            "TLS VERIFICATION IS OFF (insecure-skip-tls-verify): anyone between this pod and the server can pose as it and take the credential"
+        );
+    }
+    Ok(config)
+}
+
+/// Refuses a credential bound for another host over plain HTTP.
+fn check_transport(config: &Config, transport: Transport) -> Result<(), String> {
+    let url = &config.cluster_url;
+    if url.scheme_str() != Some("http") || transport.allow_plaintext_credentials {
+        return Ok(());
+    }
+    let auth = &config.auth_info;
+    let has_credential = auth.token.is_some()
+        || auth.token_file.is_some()
+        || auth.password.is_some()
+        || auth.exec.is_some()
+        || auth.auth_provider.is_some();
+    let host = url.host().unwrap_or_default().trim_matches(['[', ']']);
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if has_credential && !loopback {
+        return Err(format!(
+            "it would send a credential over plain HTTP to {host}; use https (or allow it explicitly with --allow-plaintext-credentials)"
+        ));
+    }
+    Ok(())
 }
 
 /// A client from a loaded config; errors name the file the config came from.
@@ -57,16 +108,48 @@ pub fn client(config: Config, path: &Path) -> Result<Client, Error> {
 /// The cell's client: from `path` when given (a single file), else the in-cluster config or
 /// the default kubeconfig (`KUBECONFIG` may list several files; kube's inference merges those).
 pub async fn cell_client(path: Option<&Path>) -> Result<Client, Error> {
-    let config = match path {
-        Some(path) if !path.as_os_str().is_empty() && !path.to_string_lossy().contains(':') => {
-            let config = load(path).await?;
-            return client(config, path);
-        }
-        _ => Config::infer()
-            .await
-            .map_err(|e| Error::CellConfig(format!("no kubeconfig given and none found: {e}")))?,
-    };
+    match single_file(path) {
+        Some(path) => client(load(path).await?, path),
+        None => inferred_cell_client().await,
+    }
+}
+
+/// A kubeconfig path naming one file.
+fn single_file(path: Option<&Path>) -> Option<&Path> {
+    path.filter(|p| !p.as_os_str().is_empty() && !p.to_string_lossy().contains(':'))
+}
+
+async fn inferred_cell_client() -> Result<Client, Error> {
+    let config = Config::infer()
+        .await
+        .map_err(|e| Error::CellConfig(format!("no kubeconfig given and none found: {e}")))?;
     Client::try_from(config).map_err(|e| Error::CellConfig(e.to_string()))
+}
+
+/// The cell's client as the controller runs it: a kubeconfig file is followed (a rotated
+/// credential is picked up without a restart; in-cluster, kube re-reads the service account
+/// token itself), and answers other than watches are bounded by [`MAX_CELL_ANSWER`].
+pub async fn following_cell_client(
+    path: Option<&Path>,
+    transport: Transport,
+) -> Result<(Client, Option<Follower>), Error> {
+    match single_file(path) {
+        Some(path) => {
+            let (client, follower) = connection::following(
+                path,
+                MAX_CELL_ANSWER,
+                Arc::new(move |path| {
+                    Box::pin(async move { client(load_with(&path, transport).await?, &path) })
+                }),
+            )
+            .await?;
+            Ok((client, Some(follower)))
+        }
+        None => Ok((
+            connection::bounded_client(inferred_cell_client().await?, MAX_CELL_ANSWER),
+            None,
+        )),
+    }
 }
 
 /// What went wrong reading the YAML, without the parser's quotation of the file.
@@ -183,6 +266,39 @@ mod tests {
         for secret in [TOKEN, KEY_DATA, &TOKEN[10..40], &KEY_DATA[5..35]] {
             assert!(!err.contains(secret), "leaked {secret:?} in {err}");
         }
+    }
+
+    fn kubeconfig(server: &str, user: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user:\n{user}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        )
+    }
+
+    #[tokio::test]
+    async fn a_bearer_token_never_goes_over_plain_http_to_another_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        let token = "    token: a-secret-bearer-token";
+        std::fs::write(&path, kubeconfig("http://milo.example:8080", token)).unwrap();
+        let err = load(&path).await.unwrap_err().to_string();
+        assert!(err.contains("plain HTTP to milo.example"), "{err}");
+        assert!(!err.contains("a-secret-bearer-token"), "{err}");
+        let allowed = Transport {
+            allow_plaintext_credentials: true,
+        };
+        assert!(load_with(&path, allowed).await.is_ok());
+        for local in [
+            "http://127.0.0.1:8080",
+            "http://[::1]:8080",
+            "http://localhost:1",
+        ] {
+            std::fs::write(&path, kubeconfig(local, token)).unwrap();
+            assert!(load(&path).await.is_ok(), "{local}");
+        }
+        std::fs::write(&path, kubeconfig("https://milo.example", token)).unwrap();
+        assert!(load(&path).await.is_ok());
+        std::fs::write(&path, kubeconfig("http://milo.example", "    {}")).unwrap();
+        assert!(load(&path).await.is_ok(), "no credential, nothing to leak");
     }
 
     #[tokio::test]

@@ -1,7 +1,9 @@
 //! How the controller is configured: flags ([`args`]), the settings they become and their one
-//! validation ([`settings`]), and clients from kubeconfig files ([`kubeconfig`]).
+//! validation ([`settings`]), clients from kubeconfig files ([`kubeconfig`]) that follow their file
+//! and bound their answers ([`connection`]).
 
 pub mod args;
+pub mod connection;
 pub mod duration;
 pub mod kubeconfig;
 pub mod settings;

@@ -70,6 +70,14 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Upper bound of a single IPAM or cell request made by a reconcile.
     pub request_timeout: Duration,
+    /// Consecutive failed IPAM requests that open the circuit breaker.
+    pub ipam_failure_threshold: u32,
+    /// While the breaker is open, one probe request per this interval.
+    pub ipam_probe_interval: Duration,
+    /// All retries together, as a token bucket over every shard's per-shard backoff: at most
+    /// `retry_qps` per second on average, `retry_burst` at once.
+    pub retry_qps: f64,
+    pub retry_burst: u32,
 }
 
 impl Settings {
@@ -97,6 +105,10 @@ impl Settings {
             identity: default_identity(),
             shutdown_grace: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            ipam_failure_threshold: crate::ipam::breaker::DEFAULT_FAILURE_THRESHOLD,
+            ipam_probe_interval: Duration::from_secs(1),
+            retry_qps: 10.0,
+            retry_burst: 100,
         }
     }
 
@@ -123,6 +135,17 @@ impl Settings {
             return Err(Error::Config(
                 "the cell identity is empty; leave it unset to use the kube-system namespace UID"
                     .into(),
+            ));
+        }
+        if !(self.retry_qps > 0.0 && self.retry_qps.is_finite()) || self.retry_burst == 0 {
+            return Err(Error::Config(format!(
+                "the retry rate must be positive (qps {}, burst {})",
+                self.retry_qps, self.retry_burst
+            )));
+        }
+        if self.ipam_probe_interval.is_zero() {
+            return Err(Error::Config(
+                "the IPAM probe interval must be longer than zero".into(),
             ));
         }
         if self.concurrency == 0 {

@@ -12,9 +12,13 @@ use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
+use super::breaker::{Admit, Breaker};
 use crate::Error;
-use crate::config::kubeconfig;
-use crate::kube_status::{is_conflict, is_not_found, is_unauthorized, status_code};
+use crate::config::connection::{self, Follower, MAX_IPAM_ANSWER};
+use crate::config::kubeconfig::{self, Transport};
+use crate::kube_status::{
+    is_conflict, is_not_found, is_unauthorized, status_code, transport_cause,
+};
 use crate::metrics::Metrics;
 
 /// The kubeconfig server with its path replaced by the project's control-plane path, so that
@@ -40,17 +44,45 @@ pub fn project_url(server: &Uri, platform_project: &str) -> Result<Uri, Error> {
 /// A client for IPAM built from `kubeconfig_path`, with its URL path replaced by the platform
 /// project's control-plane path.
 pub async fn ipam_client(kubeconfig_path: &Path, platform_project: &str) -> Result<Client, Error> {
+    ipam_client_with(kubeconfig_path, platform_project, Transport::default()).await
+}
+
+/// [`ipam_client`] with an explicit transport policy.
+pub async fn ipam_client_with(
+    kubeconfig_path: &Path,
+    platform_project: &str,
+    transport: Transport,
+) -> Result<Client, Error> {
     if platform_project.is_empty() {
         return Err(Error::Config(
             "the project serving the claims is required".into(),
         ));
     }
-    let mut config = kubeconfig::load(kubeconfig_path).await?;
+    let mut config = kubeconfig::load_with(kubeconfig_path, transport).await?;
     config.cluster_url = project_url(&config.cluster_url, platform_project)?;
     // The claim path decides for itself what to retry; a silent client retry of a create would
     // hide how many requests a claim really cost.
     config.default_retry = false;
     kubeconfig::client(config, kubeconfig_path)
+}
+
+/// An IPAM client that follows its kubeconfig file (a rotated credential is picked up without a
+/// restart) and reads answers of at most [`MAX_IPAM_ANSWER`] bytes; run the follower beside it.
+pub async fn following_ipam_client(
+    kubeconfig_path: &Path,
+    platform_project: &str,
+    transport: Transport,
+) -> Result<(Client, Follower), Error> {
+    let project = platform_project.to_string();
+    connection::following(
+        kubeconfig_path,
+        MAX_IPAM_ANSWER,
+        Arc::new(move |path| {
+            let project = project.clone();
+            Box::pin(async move { ipam_client_with(&path, &project, transport).await })
+        }),
+    )
+    .await
 }
 
 /// One IPClaim by name.
@@ -84,8 +116,9 @@ pub enum Health {
     Up,
     /// It answered 401/403: the credential is refused.
     CredentialRefused,
-    /// No answer: a connection that failed, timed out or was cut, or a 5xx.
-    Unreachable,
+    /// No answer (a connection that failed, timed out or was cut; the cause is named), a 5xx,
+    /// or a 429.
+    Unreachable(&'static str),
 }
 
 impl Health {
@@ -93,11 +126,22 @@ impl Health {
         match res {
             Ok(_) => Health::Up,
             Err(e) if is_unauthorized(e) => Health::CredentialRefused,
-            Err(kube::Error::Api(s)) if s.code >= 500 => Health::Unreachable,
+            Err(kube::Error::Api(s)) if s.code >= 500 => Health::Unreachable("server-error"),
+            Err(kube::Error::Api(s)) if s.code == 429 => Health::Unreachable("throttled"),
             Err(kube::Error::Api(_)) => Health::Up,
-            Err(_) => Health::Unreachable,
+            Err(e) => Health::Unreachable(transport_cause(e).unwrap_or("transport")),
         }
     }
+}
+
+/// The error of a request the open circuit breaker kept from going out.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("IPAM is not answering; requests wait until a probe is answered")]
+pub struct CircuitOpen;
+
+/// Whether a request failed because the circuit breaker is open (nothing was sent).
+pub fn is_circuit_open(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Service(e) if e.downcast_ref::<CircuitOpen>().is_some())
 }
 
 /// How a release went.
@@ -118,16 +162,23 @@ pub struct Ipam {
     metrics: Metrics,
     timeout: Duration,
     health: Arc<watch::Sender<Health>>,
+    breaker: Arc<Breaker>,
 }
 
 impl Ipam {
-    pub fn new(client: Client, metrics: Metrics, timeout: Duration) -> Self {
+    pub fn new(client: Client, metrics: Metrics, timeout: Duration, breaker: Breaker) -> Self {
         Self {
             client,
             metrics,
             timeout,
             health: Arc::new(watch::channel(Health::Unknown).0),
+            breaker: Arc::new(breaker),
         }
+    }
+
+    /// The circuit breaker every request passes.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
     }
 
     /// What the latest answer said about IPAM.
@@ -147,6 +198,9 @@ impl Ipam {
         fut: impl Future<Output = Result<T, kube::Error>>,
         ok_code: u16,
     ) -> Result<T, kube::Error> {
+        if self.breaker.admit() == Admit::Refuse {
+            return Err(kube::Error::Service(Box::new(CircuitOpen)));
+        }
         let start = Instant::now();
         let res = match tokio::time::timeout(self.timeout, fut).await {
             Ok(res) => res,
@@ -159,6 +213,10 @@ impl Ipam {
             Err(e) => status_code(e),
         };
         let health = Health::of(&res);
+        self.breaker.record(health == Health::Up);
+        if let Health::Unreachable(cause) = health {
+            self.metrics.transport_error("ipam", cause);
+        }
         self.health
             .send_if_modified(|h| std::mem::replace(h, health) != health);
         self.metrics.set_ipam_up(health == Health::Up);
@@ -269,10 +327,13 @@ mod tests {
         assert_eq!(Health::of(&api(409)), Health::Up);
         assert_eq!(Health::of(&api(401)), Health::CredentialRefused);
         assert_eq!(Health::of(&api(403)), Health::CredentialRefused);
-        assert_eq!(Health::of(&api(503)), Health::Unreachable);
+        assert_eq!(Health::of(&api(503)), Health::Unreachable("server-error"));
+        assert_eq!(Health::of(&api(429)), Health::Unreachable("throttled"));
         assert_eq!(
-            Health::of(&Err::<(), _>(kube::Error::LinesCodecMaxLineLengthExceeded)),
-            Health::Unreachable
+            Health::of(&Err::<(), _>(kube::Error::Service(
+                "no answer from IPAM within 1s".into()
+            ))),
+            Health::Unreachable("timeout")
         );
     }
 }

@@ -1,9 +1,10 @@
 //! Milo IPAM, as this controller uses it: the client ([`client`]), the claim it asks for
 //! ([`spec`]) and how it is named and owned ([`naming`]), the claim path ([`claim`]), what holds
-//! an address ([`holding`]), which answers are usable addresses ([`address`]), and what a
-//! refusal means ([`reasons`]).
+//! an address ([`holding`]), which answers are usable addresses ([`address`]), what a refusal
+//! means ([`reasons`]), and how an outage is kept from becoming a retry storm ([`breaker`]).
 
 pub mod address;
+pub mod breaker;
 pub mod claim;
 pub mod client;
 pub mod holding;
@@ -11,5 +12,8 @@ pub mod naming;
 pub mod reasons;
 pub mod spec;
 
-pub use client::{Deleted, Health, Ipam, get_allocation, get_claim, ipam_client};
+pub use client::{
+    CircuitOpen, Deleted, Health, Ipam, following_ipam_client, get_allocation, get_claim,
+    ipam_client, ipam_client_with, is_circuit_open,
+};
 pub use holding::{HolderKind, Holding};

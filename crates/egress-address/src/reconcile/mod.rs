@@ -21,7 +21,7 @@ use tracing::{debug, error, info, warn};
 use crate::Error;
 use crate::config::Settings;
 use crate::ipam::Ipam;
-use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
+use crate::kube_status::{is_conflict, is_not_found, is_unauthorized, transport_cause};
 use crate::metrics::Metrics;
 use crate::shard::decide::{Decision, decide, mark_served};
 use crate::shard::{ShardKey, ShardMemory, ShardState};
@@ -44,6 +44,8 @@ pub enum Next {
     Recheck,
     /// Not the leader: keep the key for when this instance is.
     Yield,
+    /// IPAM is down (its circuit breaker is open): park the key until a probe is answered.
+    WaitIpam,
 }
 
 /// What one reconcile did.
@@ -125,13 +127,21 @@ pub async fn reconcile(ctx: &Context, key: &ShardKey) -> Report {
             debug!(shard = %key, "not the leader (any more); no write made");
             (Next::Yield, None)
         }
+        Err(err) if err.is_ipam_error() && ctx.ipam.breaker().is_open() => {
+            debug!(shard = %key, %err, "IPAM is down; the shard waits for it");
+            (Next::WaitIpam, Some(err))
+        }
         Err(err) => {
             if err.kube_error().is_some_and(is_conflict) {
                 debug!(shard = %key, %err, "the shard changed underneath; retrying from the cache");
             } else if err.kube_error().is_some_and(is_unauthorized) {
                 error!(shard = %key, %err, "the credential was refused; nothing is written until it is accepted");
             } else {
-                warn!(shard = %key, kind = err.metric_label(), %err, "reconcile failed; retrying");
+                let cause = err
+                    .kube_error()
+                    .and_then(transport_cause)
+                    .unwrap_or("answered");
+                warn!(shard = %key, kind = err.metric_label(), cause, %err, "reconcile failed; retrying");
             }
             (Next::Retry, Some(err))
         }

@@ -48,7 +48,7 @@ async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     } else {
         let mut body = String::from("not ready:\n");
         for reason in reasons {
-            body.push_str(reason);
+            body.push_str(&reason);
             body.push('\n');
         }
         (StatusCode::SERVICE_UNAVAILABLE, body)

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod events;
 pub mod leader;
+pub mod limiter;
 pub mod queue;
 pub mod readiness;
 pub mod watch;
@@ -26,7 +27,8 @@ use tracing::{info, warn};
 use crate::Error;
 use crate::config::Settings;
 use crate::ipam::Ipam;
-use crate::kube_status::is_unauthorized;
+use crate::ipam::breaker::Breaker;
+use crate::kube_status::{is_unauthorized, transport_cause};
 use crate::metrics::Metrics;
 use crate::reconcile::Context;
 use crate::shard::{ShardKey, ShardMemory};
@@ -61,7 +63,7 @@ impl Handle {
     }
 
     /// Why the controller is not ready (empty when it is).
-    pub fn not_ready_because(&self) -> Vec<&'static str> {
+    pub fn not_ready_because(&self) -> Vec<String> {
         self.readiness.reasons()
     }
 
@@ -120,7 +122,15 @@ impl Controller {
         } else {
             LeaderToken::always()
         };
-        let ipam = Ipam::new(ipam, metrics.clone(), settings.request_timeout);
+        let ipam = Ipam::new(
+            ipam,
+            metrics.clone(),
+            settings.request_timeout,
+            Breaker::new(
+                settings.ipam_failure_threshold,
+                settings.ipam_probe_interval,
+            ),
+        );
         Ok(Self {
             readiness: Arc::new(Readiness::new(ipam.clone(), metrics.clone())),
             memory: Arc::new(ShardMemory::new(metrics.clone())),
@@ -226,6 +236,11 @@ impl Controller {
                 stop_work.clone(),
             ));
         }
+        background.spawn(worker::release_parked(
+            ctx.ipam.clone(),
+            queue.clone(),
+            stop_work.clone(),
+        ));
         let elector = settings.leader_election.clone().map(|le| {
             let api: Api<Lease> = Api::namespaced(cell.clone(), &le.namespace);
             let elector = Elector::new(
@@ -245,6 +260,7 @@ impl Controller {
             leader: leader.clone(),
             readiness: readiness.clone(),
             backoff: settings.backoff,
+            retries: limiter::RetryBucket::new(settings.retry_qps, settings.retry_burst),
             recheck_interval: settings.recheck_interval,
         });
         let mut running = JoinSet::new();
@@ -300,10 +316,12 @@ async fn identify_cell(settings: &Settings, cell: &Client, readiness: &Readiness
             Ok(id) => return id,
             Err(err) => {
                 failures += 1;
-                let health = if err.kube_error().is_some_and(is_unauthorized) {
-                    readiness::CellHealth::CredentialRefused
-                } else {
-                    readiness::CellHealth::Unreachable
+                let health = match err.kube_error() {
+                    Some(e) if is_unauthorized(e) => readiness::CellHealth::CredentialRefused,
+                    Some(e) => readiness::CellHealth::Unreachable(
+                        transport_cause(e).unwrap_or("server-error"),
+                    ),
+                    None => readiness::CellHealth::Unreachable("timeout"),
                 };
                 readiness.set_cell(health);
                 let delay = settings.backoff.delay(failures, rand::random::<f64>());

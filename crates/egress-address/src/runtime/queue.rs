@@ -30,6 +30,8 @@ struct State<K> {
     dirty: HashSet<K>,
     /// When each scheduled key is due (the timer task holds the same).
     scheduled: HashMap<K, Instant>,
+    /// Keys waiting for a dependency to come back (IPAM down): neither ready nor scheduled.
+    parked: HashSet<K>,
     shutdown: bool,
 }
 
@@ -52,6 +54,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                 active: HashSet::new(),
                 dirty: HashSet::new(),
                 scheduled: HashMap::new(),
+                parked: HashSet::new(),
                 shutdown: false,
             }),
             ready: Notify::new(),
@@ -76,6 +79,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         if st.scheduled.remove(&key).is_some() {
             let _ = self.timers.send(Timer::Cancel(key.clone()));
         }
+        st.parked.remove(&key);
         let woke = push(&mut st, key);
         drop(st);
         if woke {
@@ -110,13 +114,62 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         }
     }
 
-    /// Drops every pending and scheduled key (keys being processed finish normally).
+    /// Sets a key aside until [`unpark_all`](Self::unpark_all) or
+    /// [`unpark_one`](Self::unpark_one) (or an [`add`](Self::add): the shard changed). A key
+    /// already queued again stays queued.
+    pub fn park(&self, key: K) {
+        let mut st = self.lock();
+        if st.shutdown || st.queued.contains(&key) || st.active.contains(&key) {
+            return;
+        }
+        if st.scheduled.remove(&key).is_some() {
+            let _ = self.timers.send(Timer::Cancel(key.clone()));
+        }
+        st.parked.insert(key);
+    }
+
+    /// Makes every parked key ready.
+    pub fn unpark_all(&self) -> usize {
+        let mut st = self.lock();
+        let keys: Vec<K> = st.parked.drain().collect();
+        let n = keys.len();
+        for key in keys {
+            push(&mut st, key);
+        }
+        drop(st);
+        self.ready.notify_waiters();
+        self.ready.notify_one();
+        n
+    }
+
+    /// Makes one parked key ready (a probe); whether there was one.
+    pub fn unpark_one(&self) -> bool {
+        let mut st = self.lock();
+        let Some(key) = st.parked.iter().next().cloned() else {
+            return false;
+        };
+        st.parked.remove(&key);
+        let woke = push(&mut st, key);
+        drop(st);
+        if woke {
+            self.ready.notify_one();
+        }
+        true
+    }
+
+    /// Keys parked.
+    pub fn parked(&self) -> usize {
+        self.lock().parked.len()
+    }
+
+    /// Drops every pending, scheduled and parked key (keys being processed finish normally).
     pub fn clear(&self) {
         let mut st = self.lock();
         st.ready.clear();
         st.queued.clear();
         st.dirty.clear();
         st.scheduled.clear();
+        st.parked.clear();
         let _ = self.timers.send(Timer::Clear);
     }
 
@@ -362,6 +415,29 @@ mod tests {
         assert_eq!(waiter.await.unwrap(), None);
         q.add("a");
         assert_eq!(q.next().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn parked_keys_wait_until_let_go() {
+        let q = queue();
+        q.park("a");
+        q.park("b");
+        q.park("c");
+        assert_eq!(q.parked(), 3);
+        assert!(!q.is_busy(), "parked keys are not work to do");
+        assert!(q.unpark_one());
+        let first = q.next().await.unwrap();
+        assert_eq!(q.parked(), 2);
+        q.done(&first);
+        // A change to a parked shard brings it back at once.
+        let changed = if first == "a" { "b" } else { "a" };
+        q.add(changed);
+        assert_eq!(q.next().await, Some(changed));
+        q.done(&changed);
+        assert_eq!(q.unpark_all(), 1);
+        assert!(q.next().await.is_some());
+        assert_eq!(q.parked(), 0);
+        assert!(!q.unpark_one());
     }
 
     #[tokio::test(start_paused = true)]

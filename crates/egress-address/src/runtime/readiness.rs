@@ -15,7 +15,8 @@ use crate::metrics::Metrics;
 pub enum CellHealth {
     Up,
     CredentialRefused,
-    Unreachable,
+    /// No answer; the cause is named (see [`crate::kube_status::transport_cause`]).
+    Unreachable(&'static str),
 }
 
 struct State {
@@ -72,23 +73,27 @@ impl Readiness {
     }
 
     /// Why the controller is not ready; empty when it is.
-    pub fn reasons(&self) -> Vec<&'static str> {
+    pub fn reasons(&self) -> Vec<String> {
         let st = crate::lock(&self.state);
         let mut reasons = Vec::new();
         if !st.synced {
-            reasons.push("the shards are not listed yet");
+            reasons.push("the shards are not listed yet".to_string());
         }
         match st.cell {
             CellHealth::Up => {}
             CellHealth::CredentialRefused => {
-                reasons.push("the cell refuses the controller's credential")
+                reasons.push("the cell refuses the controller's credential".to_string())
             }
-            CellHealth::Unreachable => reasons.push("the cell's API server does not answer"),
+            CellHealth::Unreachable(cause) => {
+                reasons.push(format!("the cell's API server does not answer ({cause})"))
+            }
         }
         match self.ipam.health() {
             Health::Up | Health::Unknown => {}
-            Health::CredentialRefused => reasons.push("IPAM refuses the controller's credential"),
-            Health::Unreachable => reasons.push("IPAM does not answer"),
+            Health::CredentialRefused => {
+                reasons.push("IPAM refuses the controller's credential".to_string())
+            }
+            Health::Unreachable(cause) => reasons.push(format!("IPAM does not answer ({cause})")),
         }
         reasons
     }

@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 use super::leader::LeaderToken;
 use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
-use crate::kube_status::is_unauthorized;
+use crate::kube_status::{is_unauthorized, transport_cause};
 use crate::shard::{ShardKey, ShardMemory};
 
 /// What the watch task works with.
@@ -64,8 +64,11 @@ impl Watch {
                         self.readiness.set_cell(CellHealth::CredentialRefused);
                         error!(%err, "the cell refused the controller's credential; not ready, nothing is written");
                     } else {
-                        self.readiness.set_cell(CellHealth::Unreachable);
-                        warn!(%err, "watching egress shards failed; retrying");
+                        let cause = kube_error_of(&err)
+                            .map(|e| transport_cause(e).unwrap_or("server-error"))
+                            .unwrap_or("transport");
+                        self.readiness.set_cell(CellHealth::Unreachable(cause));
+                        warn!(%err, cause, "watching egress shards failed; retrying");
                     }
                     continue;
                 }

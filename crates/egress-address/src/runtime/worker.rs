@@ -10,9 +10,11 @@ use tracing::{error, info};
 
 use super::events::Notifier;
 use super::leader::LeaderToken;
+use super::limiter::RetryBucket;
 use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
 use crate::config::Backoff;
+use crate::ipam::Ipam;
 use crate::kube_status::is_unauthorized;
 use crate::reconcile::drift::{self, Checked};
 use crate::reconcile::{Context, Next, reconcile};
@@ -26,6 +28,7 @@ pub struct Workers {
     pub leader: LeaderToken,
     pub readiness: Arc<Readiness>,
     pub backoff: Backoff,
+    pub retries: RetryBucket,
     pub recheck_interval: Duration,
 }
 
@@ -79,14 +82,51 @@ impl Workers {
             Next::Done => memory.succeeded(&key),
             Next::Retry => {
                 let failures = memory.failed(&key);
-                let delay = self.backoff.delay(failures, rand::random::<f64>());
-                self.queue.add_after(key, delay);
+                let own = self.backoff.delay(failures, rand::random::<f64>());
+                self.queue.add_after(key, own.max(self.retries.reserve()));
             }
+            Next::WaitIpam => self.queue.park(key),
             Next::Recheck => {
                 memory.succeeded(&key);
                 self.queue.add_after(key, self.recheck_interval);
             }
             Next::Yield => self.queue.add(key),
+        }
+    }
+}
+
+/// Lets parked shards go when IPAM answers again: all of them once the breaker closes, and one
+/// per probe interval while it is open (that shard's request is the probe).
+pub async fn release_parked(ipam: Ipam, queue: Arc<WorkQueue<ShardKey>>, stop: CancellationToken) {
+    let mut open = ipam.breaker().subscribe();
+    loop {
+        let is_open = *open.borrow_and_update();
+        if !is_open {
+            let n = queue.unpark_all();
+            if n > 0 {
+                info!(
+                    shards = n,
+                    "IPAM answers again; the waiting shards go ahead"
+                );
+            }
+        }
+        let probe_at = ipam
+            .breaker()
+            .next_probe()
+            .unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = open.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep_until(probe_at), if is_open => {
+                // A probe may go: one waiting shard's request is it. The probe rate is the
+                // pace here, so the next look is one interval on.
+                queue.unpark_one();
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = open.changed() => {}
+                    _ = tokio::time::sleep(ipam.breaker().probe_every()) => {}
+                }
+            }
         }
     }
 }

@@ -100,7 +100,23 @@ fn an_unreadable_or_malformed_ipam_kubeconfig_exits_1_naming_the_file() {
     .unwrap();
     let bad = dir.path().join("ipam.kubeconfig");
     std::fs::write(&bad, "clusters: [oops").unwrap();
-    for path in [bad.as_path(), Path::new("/nonexistent/ipam.kubeconfig")] {
+    // One mis-indented line in a kubeconfig full of secrets: the parser quotes the lines around
+    // it, and none of that may reach the output.
+    const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXRva2VuLXRoYXQtbXVzdC1uZXZlci1sZWFr.sig";
+    const KEY: &str = "LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0tCk1IY0NBUUVFSUtleURhdGE=";
+    let secretive = dir.path().join("secretive.kubeconfig");
+    std::fs::write(
+        &secretive,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: milo\n  cluster:\n    server: https://milo.example\nusers:\n- name: egress\n  user:\n    token: {TOKEN}\n   client-key-data: {KEY}\n    client-certificate-data: {KEY}\ncontexts: []\n"
+        ),
+    )
+    .unwrap();
+    for path in [
+        bad.as_path(),
+        secretive.as_path(),
+        Path::new("/nonexistent/ipam.kubeconfig"),
+    ] {
         let out = run(
             &[
                 "--address-class-ipv6=c",
@@ -119,6 +135,10 @@ fn an_unreadable_or_malformed_ipam_kubeconfig_exits_1_naming_the_file() {
             "{}",
             stderr(&out)
         );
+        let printed = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+        for secret in [TOKEN, KEY, &TOKEN[20..44], &KEY[10..34]] {
+            assert!(!printed.contains(secret), "printed {secret:?}: {printed}");
+        }
     }
 }
 

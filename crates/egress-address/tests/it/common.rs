@@ -49,6 +49,15 @@ pub struct Plane {
 
 impl Plane {
     pub async fn start() -> Plane {
+        Self::start_serving(false).await
+    }
+
+    /// Served over TLS (a throwaway CA in every kubeconfig).
+    pub async fn start_tls() -> Plane {
+        Self::start_serving(true).await
+    }
+
+    async fn start_serving(tls: bool) -> Plane {
         let dir = tempfile::tempdir().unwrap();
         let inventory = inventory_file(dir.path());
         let lp = LocalPlane::builder()
@@ -61,11 +70,21 @@ impl Plane {
             .manifest(PLATFORM, inventory)
             .build()
             .expect("localplane builds");
-        let mut lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = "127.0.0.1:0".parse().unwrap();
+        let mut lp = if tls {
+            lp.serve_tls(addr).await.unwrap()
+        } else {
+            lp.serve(addr).await.unwrap()
+        };
         lp.set_kubeconfig_dir(dir.path());
         let plane = Plane { lp, dir };
         plane.ensure_kube_system();
         plane
+    }
+
+    /// The admin kubeconfig's text (the controller's kubeconfigs name the base URL).
+    pub fn kubeconfig_text(&self) -> String {
+        std::fs::read_to_string(self.lp.kubeconfig_path("cell", ADMIN).unwrap()).unwrap()
     }
 
     /// Every cluster has kube-system; its UID is the cell's identity.
@@ -307,6 +326,15 @@ pub async fn start_controller(plane: &Plane, settings: Settings) -> Ctl {
 }
 
 pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Client) -> Ctl {
+    let ctl = start_unready(settings, cell, ipam);
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_ready())
+        .await
+        .expect("the controller becomes ready");
+    ctl
+}
+
+/// Starts a controller without waiting for it to be ready.
+pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
     let metrics = Metrics::unregistered();
     let controller = Controller::new(settings, cell, ipam, metrics.clone()).unwrap();
     let handle = controller.handle();
@@ -314,16 +342,12 @@ pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Clien
     let task = tokio::spawn(controller.run(async move {
         let _ = rx.await;
     }));
-    let ctl = Running_ {
+    Running_ {
         handle,
         metrics,
         stop: Some(tx),
         task: Some(task),
-    };
-    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_ready())
-        .await
-        .expect("the controller becomes ready");
-    ctl
+    }
 }
 
 /// Polls until `f` returns `Some`, or panics after `secs`.
@@ -467,4 +491,91 @@ pub async fn leading(plane: &Plane, identity: &str) -> Ctl {
         .await
         .expect("the controller leads");
     ctl
+}
+
+/// A Secret volume as the kubelet lays it out: the file is a symlink into `..data`, itself a
+/// symlink to a timestamped directory, and an update writes a new directory and swaps `..data`
+/// in one rename.
+pub struct MountedSecret {
+    dir: PathBuf,
+    file: String,
+    generation: u32,
+}
+
+impl MountedSecret {
+    pub fn new(dir: PathBuf, file: &str, content: &str) -> MountedSecret {
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut secret = MountedSecret {
+            dir,
+            file: file.to_string(),
+            generation: 0,
+        };
+        secret.update(content);
+        std::os::unix::fs::symlink(PathBuf::from("..data").join(file), secret.dir.join(file))
+            .unwrap();
+        secret
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(&self.file)
+    }
+
+    pub fn update(&mut self, content: &str) {
+        self.generation += 1;
+        let stamp = format!("..2026_12_03_00_00_00.{}", self.generation);
+        let new = self.dir.join(&stamp);
+        std::fs::create_dir(&new).unwrap();
+        std::fs::write(new.join(&self.file), content).unwrap();
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&stamp, &tmp).unwrap();
+        let old = std::fs::read_link(self.dir.join("..data")).ok();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+        if let Some(old) = old {
+            std::fs::remove_dir_all(self.dir.join(old)).unwrap();
+        }
+    }
+}
+
+/// A hook that pads every new claim's status with `bytes` of text: an answer far larger than
+/// any claim, as a broken or hostile server might send.
+pub struct Inflate(pub usize);
+
+impl StorageHooks for Inflate {
+    fn handles(&self, res: &ResourceKey) -> bool {
+        res.group == "ipam.miloapis.com" && res.plural == "ipclaims"
+    }
+
+    fn before_create(
+        &self,
+        _txn: &mut dyn PlaneTxn,
+        _caller: &Caller,
+        _res: &ResourceKey,
+        obj: &mut Value,
+    ) -> Result<(), kube::core::Status> {
+        obj["status"]["conditions"] = json!([{"type": "Padding", "status": "True",
+            "reason": "Padding", "message": "x".repeat(self.0),
+            "lastTransitionTime": "2026-12-03T00:00:00Z"}]);
+        Ok(())
+    }
+
+    fn before_update(
+        &self,
+        _txn: &mut dyn PlaneTxn,
+        _caller: &Caller,
+        _res: &ResourceKey,
+        _old: &Value,
+        _new: &mut Value,
+    ) -> Result<(), kube::core::Status> {
+        Ok(())
+    }
+
+    fn before_delete(
+        &self,
+        _txn: &mut dyn PlaneTxn,
+        _caller: &Caller,
+        _res: &ResourceKey,
+        _obj: &Value,
+    ) -> Result<(), kube::core::Status> {
+        Ok(())
+    }
 }

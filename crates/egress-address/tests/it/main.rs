@@ -4,6 +4,7 @@ mod binary;
 mod common;
 mod events;
 mod invariants;
+mod operations;
 mod rbac;
 mod reconcile;
 mod runtime;

@@ -1,0 +1,226 @@
+//! A client whose connection follows its kubeconfig file, and whose answers are bounded.
+//!
+//! Kubernetes updates a mounted Secret in place (a new directory, then one symlink swap), so a
+//! rotated credential appears under the same path. The client re-reads its kubeconfig when the
+//! file's content changes and at once when a request is answered 401, and swaps the connection
+//! underneath: requests and watches in flight finish on the connection they started on, the next
+//! ones use the new credential, and nothing is restarted.
+//!
+//! Every answer except a watch stream is read up to a limit, so one huge answer cannot take the
+//! process past its memory limit; past it the request fails, naming the limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Limited};
+use kube::Client;
+use kube::client::Body;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::Error;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Largest answer read from IPAM: a claim or an allocation is a few kilobytes.
+pub const MAX_IPAM_ANSWER: usize = 1 << 20;
+/// Largest answer read from the cell outside watches: a page of 500 shards is one or two MiB.
+pub const MAX_CELL_ANSWER: usize = 32 << 20;
+/// How often the kubeconfig file is looked at (a 401 makes it look at once).
+pub const KUBECONFIG_POLL: Duration = Duration::from_secs(5);
+
+/// Builds a client from a kubeconfig path (the plane decides how).
+pub type Build = Arc<dyn Fn(PathBuf) -> BoxFuture<'static, Result<Client, Error>> + Send + Sync>;
+
+/// The answer to a request, bounded.
+#[derive(Debug, thiserror::Error)]
+#[error("the answer was larger than {limit} bytes and was not read")]
+pub struct AnswerTooLarge {
+    pub limit: usize,
+}
+
+#[derive(Clone)]
+struct Swap {
+    current: Arc<RwLock<Client>>,
+    refused: Arc<Notify>,
+    limit: usize,
+}
+
+impl tower::Service<Request<Body>> for Swap {
+    type Response = Response<UnsyncBoxBody<Bytes, BoxError>>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let client = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let refused = self.refused.clone();
+        let limit = (!is_watch(&req)).then_some(self.limit);
+        Box::pin(async move {
+            let res = client.send(req).await.map_err(BoxError::from)?;
+            if res.status() == StatusCode::UNAUTHORIZED {
+                refused.notify_one();
+            }
+            Ok(res.map(|body| bounded(body, limit)))
+        })
+    }
+}
+
+fn is_watch(req: &Request<Body>) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
+}
+
+fn bounded(body: Body, limit: Option<usize>) -> UnsyncBoxBody<Bytes, BoxError> {
+    match limit {
+        Some(limit) => Limited::new(body, limit)
+            .map_err(move |e| -> BoxError {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    Box::new(AnswerTooLarge { limit })
+                } else {
+                    e
+                }
+            })
+            .boxed_unsync(),
+        None => body.map_err(BoxError::from).boxed_unsync(),
+    }
+}
+
+/// A client that keeps following `path`, and the task that does the following.
+pub async fn following(
+    path: &Path,
+    limit: usize,
+    build: Build,
+) -> Result<(Client, Follower), Error> {
+    let first = build(path.to_path_buf()).await?;
+    let namespace = first.default_namespace().to_string();
+    let current = Arc::new(RwLock::new(first));
+    let refused = Arc::new(Notify::new());
+    let client = Client::new(
+        Swap {
+            current: current.clone(),
+            refused: refused.clone(),
+            limit,
+        },
+        namespace,
+    );
+    let follower = Follower {
+        path: path.to_path_buf(),
+        current,
+        refused,
+        build,
+        loaded: fingerprint(path),
+        poll: KUBECONFIG_POLL,
+    };
+    Ok((client, follower))
+}
+
+/// A client that never changes, with bounded answers.
+pub fn bounded_client(client: Client, limit: usize) -> Client {
+    let namespace = client.default_namespace().to_string();
+    Client::new(
+        Swap {
+            current: Arc::new(RwLock::new(client)),
+            refused: Arc::new(Notify::new()),
+            limit,
+        },
+        namespace,
+    )
+}
+
+fn fingerprint(path: &Path) -> Option<[u8; 32]> {
+    std::fs::read(path).ok().map(|b| Sha256::digest(&b).into())
+}
+
+/// Re-reads a kubeconfig file when it changes, or when the server refused the credential.
+pub struct Follower {
+    path: PathBuf,
+    current: Arc<RwLock<Client>>,
+    refused: Arc<Notify>,
+    build: Build,
+    loaded: Option<[u8; 32]>,
+    poll: Duration,
+}
+
+impl Follower {
+    /// Looks at the file this often (tests use a short interval).
+    pub fn poll_every(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut failed: Option<[u8; 32]> = None;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.refused.notified() => {}
+                _ = tokio::time::sleep(self.poll) => {}
+            }
+            let now = fingerprint(&self.path);
+            if now.is_none() || now == self.loaded || now == failed {
+                continue;
+            }
+            match (self.build)(self.path.clone()).await {
+                Ok(client) => {
+                    *self.current.write().unwrap_or_else(|e| e.into_inner()) = client;
+                    self.loaded = now;
+                    failed = None;
+                    info!(path = %self.path.display(), "the kubeconfig changed; new requests use it");
+                }
+                Err(err) => {
+                    failed = now;
+                    warn!(%err, "the kubeconfig changed but cannot be used; the previous one stays in use");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watches_are_told_apart_by_their_query() {
+        let req = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
+        assert!(is_watch(&req(
+            "/apis/x/v1/things?watch=true&resourceVersion=5"
+        )));
+        assert!(is_watch(&req(
+            "/apis/x/v1/things?allowWatchBookmarks=true&watch=1"
+        )));
+        assert!(!is_watch(&req("/apis/x/v1/things?limit=500")));
+        assert!(!is_watch(&req("/apis/x/v1/things/watcher")));
+    }
+
+    #[tokio::test]
+    async fn answers_past_the_limit_fail_naming_it() {
+        let small = bounded(Body::from(vec![b'x'; 10]), Some(16));
+        assert_eq!(small.collect().await.unwrap().to_bytes().len(), 10);
+        let big = bounded(Body::from(vec![b'x'; 100]), Some(16));
+        let err = big.collect().await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the answer was larger than 16 bytes and was not read"
+        );
+        let stream = bounded(Body::from(vec![b'x'; 100]), None);
+        assert_eq!(stream.collect().await.unwrap().to_bytes().len(), 100);
+    }
+}
