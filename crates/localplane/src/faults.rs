@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+use crate::locks;
 
 /// One rule; empty selectors match everything.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -63,15 +64,11 @@ impl Faults {
     /// Replaces the configuration and reseeds.
     pub fn set(&self, cfg: FaultConfig) {
         let rng = StdRng::seed_from_u64(cfg.seed.unwrap_or(0));
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (cfg, rng);
+        *locks::lock(&self.inner) = (cfg, rng);
     }
 
     pub fn get(&self) -> FaultConfig {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+        locks::lock(&self.inner).0.clone()
     }
 
     pub fn clear(&self) {
@@ -79,9 +76,7 @@ impl Faults {
     }
 
     pub(crate) fn watch_cut_after(&self) -> Option<Duration> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.inner)
             .0
             .watch_cut_after_seconds
             .filter(|s| *s > 0.0)
@@ -89,7 +84,7 @@ impl Faults {
     }
 
     pub(crate) fn decide(&self, plane: &str, verb: &str, group: &str, resource: &str) -> Decision {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = locks::lock(&self.inner);
         let (cfg, rng) = &mut *g;
         let mut d = Decision {
             latency: Duration::ZERO,

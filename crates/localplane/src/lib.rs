@@ -70,6 +70,29 @@
 //! no `deletecollection`, no protobuf, and a `continue` token pages over current state rather
 //! than a snapshot.
 
+// Layering. Imports between modules point down this list and never up, so no two modules (and
+// no two files) import each other; a folder's `mod.rs` only declares and re-exports its files.
+//
+//   app/       LocalPlane, its builder, serving it (Running)        -> server, shared, tls, kubeconfig
+//   ipam/      Milo IPAM as StorageHooks, and the builder's `ipam()` -> app (builder), plane, hooks
+//   server/    HTTP: routes, one function per verb, responses, listening
+//                                                     -> admin, shared, watch, rbac, table, openapi,
+//                                                        discovery, plane, faults, metrics
+//   admin      /localplane/* endpoints                             -> shared, faults, metrics
+//   shared     the planes, identities, counters and faults a server shares -> plane, config, faults
+//   watch      watch streams                                       -> plane, store, selector
+//   plane/     one control plane: mod (registry, hooks), read, write, delete, tally
+//                                                     -> store, resources, schema, selector, meta
+//   rbac, table, openapi, discovery                               -> store, resources
+//   store      objects, resourceVersions, history, transactions    -> resources, meta, hooks
+//   resources, schema, selector, meta, faults, metrics, config, kubeconfig, tls
+//   error, hooks, locks                                           (leaves)
+//
+// Where new behaviour goes: a new verb or request parameter in server/resource.rs; a new rule for
+// what a write does to stored objects in plane/write.rs or plane/delete.rs; a resource with its
+// own server-side semantics as a StorageHooks beside ipam/; a new admin knob in admin.rs with its
+// state in shared.rs; a new fault in faults.rs, applied in server/resource.rs.
+
 // Errors are kube's `Status` (272 bytes) by value: the hook seam and kube both traffic in it, and
 // boxing at every layer would buy nothing on paths that end in an HTTP response.
 #![allow(clippy::result_large_err)]
@@ -78,11 +101,12 @@ mod admin;
 mod app;
 mod config;
 mod discovery;
-pub mod error;
+mod error;
 mod faults;
-pub mod hooks;
+mod hooks;
 pub mod ipam;
 mod kubeconfig;
+mod locks;
 mod meta;
 mod metrics;
 mod openapi;
@@ -92,6 +116,7 @@ mod resources;
 mod schema;
 mod selector;
 mod server;
+mod shared;
 mod store;
 mod table;
 mod tls;

@@ -5,6 +5,8 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::locks;
+
 /// One counter's labels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct RequestKey {
@@ -35,20 +37,12 @@ pub struct Metrics {
 
 impl Metrics {
     pub(crate) fn record(&self, key: RequestKey) {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
-            .or_default() += 1;
+        *locks::lock(&self.counts).entry(key).or_default() += 1;
     }
 
     /// Every counter, sorted by labels.
     pub fn snapshot(&self) -> Vec<RequestCount> {
-        let mut v: Vec<RequestCount> = self
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let mut v: Vec<RequestCount> = locks::lock(&self.counts)
             .iter()
             .map(|(k, c)| RequestCount {
                 key: k.clone(),
@@ -61,9 +55,7 @@ impl Metrics {
 
     /// The sum of the counters whose labels satisfy `pred`.
     pub fn count(&self, pred: impl Fn(&RequestKey) -> bool) -> u64 {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.counts)
             .iter()
             .filter(|(k, _)| pred(k))
             .map(|(_, c)| *c)
@@ -75,10 +67,7 @@ impl Metrics {
     }
 
     pub fn reset(&self) {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        locks::lock(&self.counts).clear();
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {

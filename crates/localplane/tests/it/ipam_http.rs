@@ -6,15 +6,13 @@ use std::collections::BTreeSet;
 use egress_api::ipam::{IPAllocation, IPClaim, IPClass, IPPool};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, Status};
-use kube::{Client, Error};
+use kube::Client;
 use localplane::{Identity, LocalPlane, Running};
 use serde_json::{Value, json};
 
+use crate::common::{api_err, repo_root};
+
 const PLATFORM: &str = "platform";
-const INVENTORY: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../config/ipam/egress-shard-ipv6.yaml"
-);
 
 async fn start() -> Running {
     let lp = LocalPlane::builder()
@@ -30,13 +28,6 @@ async fn start() -> Running {
 
 fn client(lp: &Running, plane: &str) -> Client {
     lp.http_client(plane, "admin").unwrap()
-}
-
-fn refusal(e: Error) -> Box<Status> {
-    match e {
-        Error::Api(s) => s,
-        other => panic!("expected an API refusal, got {other}"),
-    }
 }
 
 fn causes(s: &Status) -> Vec<(String, String, String)> {
@@ -56,7 +47,8 @@ fn has_cause(s: &Status, reason: &str) -> bool {
 }
 
 fn inventory_docs(cidr: Option<&str>) -> Vec<Value> {
-    let text = std::fs::read_to_string(INVENTORY).expect("config/ipam/egress-shard-ipv6.yaml");
+    let text = std::fs::read_to_string(repo_root().join("config/ipam/egress-shard-ipv6.yaml"))
+        .expect("config/ipam/egress-shard-ipv6.yaml");
     let mut docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     docs.retain(Value::is_object);
     if let Some(c) = cidr {
@@ -79,7 +71,7 @@ fn dynamic_api(c: &Client, doc: &Value) -> Api<DynamicObject> {
     Api::all_with(c.clone(), &ar)
 }
 
-async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Box<Status>>> {
+async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Status>> {
     let mut out = Vec::new();
     for d in inventory_docs(cidr) {
         let obj: DynamicObject = serde_json::from_value(d.clone()).unwrap();
@@ -88,7 +80,7 @@ async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Box<S
                 .create(&PostParams::default(), &obj)
                 .await
                 .map(|_| ())
-                .map_err(refusal),
+                .map_err(api_err),
         );
     }
     out
@@ -380,7 +372,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
         ("False", "Retained")
     );
 
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &claim("r", json!({"className": "flat"})))
             .await
@@ -412,7 +404,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
     );
 
     // A bound allocation cannot be deleted; the retained one can, and that frees its address.
-    let e = refusal(
+    let e = api_err(
         allocs
             .delete(&alloc_name("default", "b"), &DeleteParams::default())
             .await
@@ -443,7 +435,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
     forged.metadata.name = Some("alloc-forged".into());
     forged.metadata.resource_version = None;
     forged.metadata.uid = None;
-    let e = refusal(allocs.create(&pp, &forged).await.unwrap_err());
+    let e = api_err(allocs.create(&pp, &forged).await.unwrap_err());
     assert_eq!(e.code, 405);
 }
 
@@ -457,7 +449,7 @@ async fn refusals_are_in_ipams_wire_shape() {
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
 
-    let e = refusal(
+    let e = api_err(
         claims
             .create(
                 &pp,
@@ -471,14 +463,14 @@ async fn refusals_are_in_ipams_wire_shape() {
 
     let mut no_family = shard_claim("x", "dfw");
     no_family.spec.ip_family = String::new();
-    let e = refusal(claims.create(&pp, &no_family).await.unwrap_err());
+    let e = api_err(claims.create(&pp, &no_family).await.unwrap_err());
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "PrefixLengthRejected"), "{e:?}");
     assert!(e.message.contains("exceeds 32 for IPv4"), "{}", e.message);
 
     let mut no_scope = shard_claim("x", "dfw");
     no_scope.spec.scope.clear();
-    let e = refusal(claims.create(&pp, &no_scope).await.unwrap_err());
+    let e = api_err(claims.create(&pp, &no_scope).await.unwrap_err());
     assert_eq!(e.code, 400);
     assert_eq!(
         causes(&e)
@@ -498,7 +490,7 @@ async fn refusals_are_in_ipams_wire_shape() {
         .create(&pp, &lonely)
         .await
         .unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(
                 &pp,
@@ -513,7 +505,7 @@ async fn refusals_are_in_ipams_wire_shape() {
     // The /47 root holds two /48 location pools; a third location exhausts it.
     claims.create(&pp, &shard_claim("a", "dfw")).await.unwrap();
     claims.create(&pp, &shard_claim("b", "ord")).await.unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &shard_claim("c", "sjc"))
             .await
@@ -525,7 +517,7 @@ async fn refusals_are_in_ipams_wire_shape() {
 
     // A live duplicate is IPAM's own 409, with the ClaimExists cause, and changes nothing.
     let before = claims.get("a").await.unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &shard_claim("a", "dfw"))
             .await
@@ -551,7 +543,7 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
         .create(&pp, &claim("b", json!({"className": "flat"})))
         .await
         .unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &claim("c", json!({"className": "flat"})))
             .await
@@ -629,7 +621,7 @@ async fn immutable_fields_are_refused() {
     }
     let pools: Api<IPPool> = Api::all(c.clone());
     let pp = PatchParams::default();
-    let e = refusal(
+    let e = api_err(
         pools
             .patch(
                 "datum-egress-shard-ipv6-root",
@@ -662,7 +654,7 @@ async fn immutable_fields_are_refused() {
         ("uniqueWithin", json!(["network"])),
         ("ipFamily", json!("IPv4")),
     ] {
-        let e = refusal(
+        let e = api_err(
             classes
                 .patch(
                     "datum-egress-shard-ipv6",
@@ -680,7 +672,7 @@ async fn immutable_fields_are_refused() {
             "{field}: {e:?}"
         );
     }
-    let e = refusal(
+    let e = api_err(
         classes
             .create(
                 &PostParams::default(),
@@ -713,7 +705,7 @@ async fn a_write_with_no_project_is_refused() {
     localplane::ipam::register(&lp.cell(), PLATFORM);
     let lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let c = client(&lp, "cell");
-    let e = refusal(
+    let e = api_err(
         Api::<IPClaim>::namespaced(c, "default")
             .create(
                 &PostParams::default(),

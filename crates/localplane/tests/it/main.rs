@@ -1,0 +1,8 @@
+//! localplane's integration tests, in one binary: kube-rs and kubectl against real HTTP, the
+//! Kubernetes semantics and Milo IPAM.
+
+mod common;
+mod ipam_http;
+mod ipam_kubectl;
+mod kube_conformance;
+mod kubectl;
