@@ -62,6 +62,8 @@ async fn read_fault_config(body: Body) -> Result<FaultConfig, ApiError> {
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let text = String::from_utf8_lossy(&bytes);
-    serde_saphyr::from_str::<FaultConfig>(&text)
-        .map_err(|e| ApiError::bad_request(format!("invalid fault config: {e}")))
+    let invalid = |e: String| ApiError::bad_request(format!("invalid fault config: {e}"));
+    let cfg = serde_saphyr::from_str::<FaultConfig>(&text).map_err(|e| invalid(e.to_string()))?;
+    cfg.validate().map_err(invalid)?;
+    Ok(cfg)
 }

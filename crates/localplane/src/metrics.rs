@@ -1,10 +1,11 @@
-//! Request counters by plane, verb, resource and status code.
+//! Request counters by plane, verb, resource and status code, and counts of injected faults.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use serde::Serialize;
 
+use crate::faults::{FaultOutcome, FaultWhen, InjectedFaults};
 use crate::locks;
 
 /// One counter's labels.
@@ -18,6 +19,7 @@ pub struct RequestKey {
     /// Group-qualified resource with subresource (`egressshards.network.datumapis.com/status`),
     /// or the path for non-resource requests.
     pub resource: String,
+    /// The HTTP status answered, or 0 when an injected fault sent no answer (a reset or hang).
     pub code: u16,
 }
 
@@ -29,10 +31,11 @@ pub struct RequestCount {
     pub count: u64,
 }
 
-/// The request counters of one localplane process.
+/// The request counters of one localplane process, and the faults it injected.
 #[derive(Debug, Default)]
 pub struct Metrics {
     counts: Mutex<HashMap<RequestKey, u64>>,
+    injected: Mutex<InjectedFaults>,
 }
 
 impl Metrics {
@@ -66,13 +69,36 @@ impl Metrics {
         self.count(|_| true)
     }
 
+    /// How many faults of each kind were injected since the start (or the last reset).
+    pub fn injected_faults(&self) -> InjectedFaults {
+        *locks::lock(&self.injected)
+    }
+
+    pub(crate) fn record_failure(&self, when: FaultWhen, outcome: FaultOutcome) {
+        let mut i = locks::lock(&self.injected);
+        match when {
+            FaultWhen::BeforeApply => i.before_apply.count(outcome),
+            FaultWhen::AfterApply => i.after_apply.count(outcome),
+        }
+    }
+
+    pub(crate) fn record_delayed_commit(&self) {
+        locks::lock(&self.injected).delayed_commits += 1;
+    }
+
+    /// Zeroes every counter, the injected faults' too.
     pub fn reset(&self) {
         locks::lock(&self.counts).clear();
+        *locks::lock(&self.injected) = InjectedFaults::default();
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let snap = self.snapshot();
         let total: u64 = snap.iter().map(|c| c.count).sum();
-        serde_json::json!({"total": total, "requests": snap})
+        serde_json::json!({
+            "total": total,
+            "requests": snap,
+            "injectedFaults": self.injected_faults(),
+        })
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use crate::config::Identity;
 use crate::faults::Faults;
 use crate::locks;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RequestKey};
 use crate::plane::Plane;
 
 /// Setup run for every project plane as it is added.
@@ -108,6 +108,16 @@ impl Shared {
 
     pub fn remove_project(&self, name: &str) -> bool {
         locks::write(&self.projects).remove(name).is_some()
+    }
+
+    /// Counts one request by how it was answered (`code` 0: not at all).
+    pub fn record(&self, plane: &str, verb: &str, resource: &str, code: u16) {
+        self.metrics.record(RequestKey {
+            plane: plane.to_string(),
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+            code,
+        });
     }
 
     /// Who a bearer token authenticates as.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use super::LocalPlane;
+use super::{KUBE_SYSTEM, LocalPlane};
 use crate::config::{Config, DEFAULT_ADMIN_TOKEN, Identity, Manifest};
 use crate::faults::{FaultConfig, Faults};
 use crate::plane::Plane;
@@ -94,6 +94,8 @@ impl LocalPlaneBuilder {
         self
     }
 
+    /// Faults to inject from the start (see [`FaultConfig`]); [`LocalPlaneBuilder::build`]
+    /// refuses an invalid one.
     pub fn faults(mut self, faults: FaultConfig) -> Self {
         self.faults = faults;
         self
@@ -163,8 +165,13 @@ impl LocalPlaneBuilder {
     }
 
     pub fn build(self) -> anyhow::Result<LocalPlane> {
+        self.faults
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid fault config: {e}"))?;
         let history = self.watch_history.unwrap_or(10_000);
         let cell = Plane::new("cell", None, history);
+        // Every real cluster has it, and its uid is the cell's stable identity.
+        cell.ensure_namespace(KUBE_SYSTEM);
         let mut crds = self.crds;
         for d in &self.crd_dirs {
             crds.extend(load_crd_dir(d)?);

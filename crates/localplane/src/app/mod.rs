@@ -12,8 +12,12 @@ use crate::metrics::Metrics;
 use crate::plane::Plane;
 use crate::server::{self, PROJECT_PREFIX};
 use crate::shared::Shared;
+use crate::store::namespaces_key;
 
 pub use builder::LocalPlaneBuilder;
+
+/// The namespace whose uid identifies a cell.
+const KUBE_SYSTEM: &str = "kube-system";
 pub use running::Running;
 
 /// A localplane: the cell plane plus any number of Milo project planes. Cheap to clone.
@@ -27,6 +31,21 @@ impl LocalPlane {
     /// The cell's control plane (served at the root).
     pub fn cell(&self) -> Plane {
         self.0.cell.clone()
+    }
+
+    /// The uid of the cell's `kube-system` namespace, which a controller reads as the cell's
+    /// stable identity. Random for each localplane, fixed for its life (the apiserver refuses to
+    /// delete `kube-system`, and so does localplane).
+    pub fn cell_uid(&self) -> String {
+        let ns = self
+            .0
+            .cell
+            .object(&namespaces_key(), None, KUBE_SYSTEM)
+            .expect("the cell's kube-system namespace cannot be deleted");
+        ns["metadata"]["uid"]
+            .as_str()
+            .expect("a stored namespace has a uid")
+            .to_string()
     }
 
     /// A project's control plane, if it exists.

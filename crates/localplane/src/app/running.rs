@@ -35,15 +35,8 @@ impl LocalPlane {
         let addr = listener.local_addr()?;
         let stop = self.0.shutdown.subscribe();
         let router = self.router();
-        let task = match &tls {
-            Some(t) => tokio::spawn(server::listen::serve_tls(
-                listener,
-                router,
-                t.server.clone(),
-                stop,
-            )),
-            None => tokio::spawn(server::listen::serve_plain(listener, router, stop)),
-        };
+        let server_tls = tls.as_ref().map(|t| t.server.clone());
+        let task = tokio::spawn(server::listen::serve(listener, router, server_tls, stop));
         let kubeconfig_dir =
             std::env::temp_dir().join(format!("localplane-{}-{}", std::process::id(), addr.port()));
         Ok(Running {
@@ -136,6 +129,12 @@ impl Running {
     /// A kube client over real HTTP, configured as a kubeconfig for `plane` and `identity`
     /// would configure it.
     pub fn http_client(&self, plane: &str, identity: &str) -> kube::Result<kube::Client> {
+        kube::Client::try_from(self.http_config(plane, identity))
+    }
+
+    /// The configuration [`Running::http_client`] builds its client from, for a client that
+    /// needs more (a read timeout, to give up on an answer that never comes).
+    pub fn http_config(&self, plane: &str, identity: &str) -> kube::Config {
         let token = self
             .identity(identity)
             .unwrap_or_else(|| panic!("no identity {identity:?}"))
@@ -150,7 +149,7 @@ impl Running {
         if let Some(t) = &self.tls {
             cfg.root_cert = Some(vec![t.ca_der.clone()]);
         }
-        kube::Client::try_from(cfg)
+        cfg
     }
 
     /// Ends every watch and stops serving.

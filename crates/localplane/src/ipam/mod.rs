@@ -10,6 +10,13 @@
 //! Classes and offering pools are read from the plane the claim arrives on. On the platform
 //! project's plane that is exactly the service's model (catalog and operator pools live there);
 //! another project's plane acts as its own catalog, since a hook sees only its own plane.
+//!
+//! Reservations (`spec.reservations {leading, trailing, unitPrefixLength}` on a root pool, or on
+//! a provisioning class, which copies them onto every pool it provisions) become `Reservation`
+//! rows of the pool's allocation index when the pool is created: they count toward
+//! `status.capacity` and `utilizationPercent`, block every address space, and are never handed
+//! out, not even to a claim that names the address. Unlike the service, they are not visible as
+//! `IPAllocation` objects, so they cannot be force-released by deleting one.
 
 // The hook seam answers with `kube::core::Status` by value; boxing it here would only move the
 // copy to the boundary.

@@ -579,6 +579,48 @@ fn reservations_are_never_handed_out() {
     p.delete("ippools", None, "flat-pool").unwrap();
 }
 
+#[test]
+fn each_locations_anycast_address_is_reserved_by_the_shipped_inventory() {
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    for (i, loc) in ["dfw", "ord", "sjc"].iter().enumerate() {
+        let first = p.bind(shard_claim(&format!("first-{loc}"), loc));
+        let block = std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | (i as u128) << 80);
+        assert_eq!(cidr_of(&first), format!("{block}1/128"), "{loc}");
+        let pool = p.pool(first["status"]["poolRef"]["name"].as_str().unwrap());
+        assert_eq!(
+            pool["spec"]["reservations"],
+            json!({"leading": 1, "unitPrefixLength": 128}),
+            "the pool carries the class's reservations"
+        );
+        assert_eq!(pool["status"]["capacity"]["allocated"], "2", "{loc}");
+        // Asked for by name, the anycast address is as taken as any claim's.
+        let e = p.refuse(
+            shard_claim(&format!("anycast-{loc}"), loc)
+                .with("address", json!(format!("{block}/128"))),
+        );
+        assert_eq!(e.code, 409, "{}", e.message);
+        assert!(
+            e.message.contains("address already allocated"),
+            "{}",
+            e.message
+        );
+    }
+    // Released and claimed again, the first address handed out is still ::1.
+    p.release("first-dfw");
+    assert_eq!(
+        cidr_of(&p.bind(shard_claim("again", "dfw"))),
+        "2001:db8::1/128"
+    );
+    // Emptied of claims, the pool still counts its reservation.
+    let dfw = p.claim("again").unwrap()["status"]["poolRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    p.release("again");
+    assert_eq!(p.pool(&dfw)["status"]["capacity"]["allocated"], "1");
+}
+
 // ---------------------------------------------------------------- classes
 
 #[test]
@@ -698,7 +740,8 @@ fn a_claim_binds_synchronously_through_the_cascade() {
         json!({"apiGroup": "x", "kind": "Y", "name": "z", "namespace": "w"}),
     ));
     assert_eq!(v["status"]["phase"], "Bound");
-    assert_eq!(cidr_of(&v), "2001:db8::/128");
+    // The block's first address is its reserved Subnet-Router anycast address.
+    assert_eq!(cidr_of(&v), "2001:db8::1/128");
     assert!(v["status"].get("address").is_none());
     assert_eq!(
         v["spec"]["ownerRef"],
@@ -726,7 +769,8 @@ fn a_claim_binds_synchronously_through_the_cascade() {
         child["spec"]["parentPoolRef"]["name"],
         "datum-egress-shard-ipv6-root"
     );
-    assert_eq!(child["status"]["capacity"]["allocated"], "1");
+    // The claim's address and the reserved anycast address.
+    assert_eq!(child["status"]["capacity"]["allocated"], "2");
     assert_eq!(
         p.pool("datum-egress-shard-ipv6-root")["status"]["capacity"]["allocated"],
         (1u128 << 80).to_string()
@@ -738,12 +782,12 @@ fn a_claim_binds_synchronously_through_the_cascade() {
     assert_eq!(a["spec"]["purpose"], "Claim");
     assert_eq!(a["spec"]["poolRef"]["name"], pool_name);
     assert_eq!(a["spec"]["ownerRef"]["name"], PLATFORM);
-    assert_eq!(cidr_of(&a), "2001:db8::/128");
+    assert_eq!(cidr_of(&a), "2001:db8::1/128");
 
-    assert_eq!(cidr_of(&p.bind(shard_claim("b", "dfw"))), "2001:db8::1/128");
+    assert_eq!(cidr_of(&p.bind(shard_claim("b", "dfw"))), "2001:db8::2/128");
     assert_eq!(
         cidr_of(&p.bind(shard_claim("c", "ord"))),
-        "2001:db8:1::/128"
+        "2001:db8:1::1/128"
     );
     assert_eq!(p.count("ippools"), 3);
 }
@@ -1134,10 +1178,10 @@ fn a_fresh_hook_rebuilds_its_index_from_the_store() {
     p.bind(shard_claim("a", "dfw"));
     p.bind(shard_claim("b", "ord"));
     p.restart_hooks(IpamHooks::new(PLATFORM, PLATFORM));
-    assert_eq!(cidr_of(&p.bind(shard_claim("c", "dfw"))), "2001:db8::1/128");
+    assert_eq!(cidr_of(&p.bind(shard_claim("c", "dfw"))), "2001:db8::2/128");
     assert_eq!(
         cidr_of(&p.bind(shard_claim("d", "sjc"))),
-        "2001:db8:2::/128"
+        "2001:db8:2::1/128"
     );
 }
 

@@ -14,6 +14,9 @@ use crate::meta;
 use crate::resources::ResourceDef;
 use crate::store::{Txn, namespaces_key};
 
+/// Namespaces the apiserver's namespace-lifecycle admission never lets go.
+const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
 /// `DeleteOptions` as far as this server honours them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DeleteOpts {
@@ -40,6 +43,14 @@ impl Plane {
         caller: &Caller,
     ) -> Result<Value, ApiError> {
         let key = def.key();
+        if key == namespaces_key() && IMMORTAL_NAMESPACES.contains(&name) {
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
         let st = &mut *guard;

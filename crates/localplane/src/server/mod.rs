@@ -2,12 +2,14 @@
 //!
 //! [`handle`] is the router's only handler. It finds the plane, authenticates, and hands
 //! resource requests to [`resource`]; [`routes`] parses paths and verbs, [`respond`] renders
-//! bodies and errors, and [`listen`] accepts connections.
+//! bodies and errors, and [`listen`] accepts connections (and drops one when a fault says so).
 
 pub(crate) mod listen;
 mod resource;
 mod respond;
 mod routes;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -20,8 +22,8 @@ use crate::admin;
 use crate::config::Identity;
 use crate::error::ApiError;
 use crate::hooks::Caller;
-use crate::metrics::RequestKey;
 use crate::shared::Shared;
+use resource::Reply;
 use respond::{ok_json, plain_not_found, resource_not_found};
 pub use routes::PROJECT_PREFIX;
 use routes::{Query, ResourcePath, Verb};
@@ -44,13 +46,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         return Response::new(Body::from("ok"));
     }
     let Some(identity) = authenticate(&shared, &parts.headers) else {
-        record(
-            &shared,
-            &plane_name,
-            parts.method.as_str(),
-            &route.rest,
-            401,
-        );
+        shared.record(&plane_name, parts.method.as_str(), &route.rest, 401);
         return ApiError::unauthorized().into_response();
     };
     let Some(rp) = ResourcePath::parse(&segs) else {
@@ -59,13 +55,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             None => resource_not_found().into_response(),
         };
         let verb = parts.method.as_str().to_lowercase();
-        record(
-            &shared,
-            &plane_name,
-            &verb,
-            &route.rest,
-            resp.status().as_u16(),
-        );
+        shared.record(&plane_name, &verb, &route.rest, resp.status().as_u16());
         return resp;
     };
     let query = Query::parse(parts.uri.query().unwrap_or(""));
@@ -75,9 +65,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         groups: identity.all_groups(),
         project: route.plane.project().map(str::to_string),
     };
-    let label = rp.label();
+    let conn = parts.extensions.get::<listen::Connection>().cloned();
     let req = resource::Request {
-        shared: &shared,
+        shared: shared.clone(),
         plane: route.plane,
         identity,
         caller,
@@ -86,27 +76,10 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         query,
         headers: &parts.headers,
     };
-    let resp = match resource::serve(req, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    };
-    record(
-        &shared,
-        &plane_name,
-        verb.as_str(),
-        &label,
-        resp.status().as_u16(),
-    );
-    resp
-}
-
-fn record(shared: &Shared, plane: &str, verb: &str, resource: &str, code: u16) {
-    shared.metrics.record(RequestKey {
-        plane: plane.to_string(),
-        verb: verb.to_string(),
-        resource: resource.to_string(),
-        code,
-    });
+    match resource::serve(req, body).await {
+        Reply::Answer(r) => r,
+        Reply::Silence(how) => listen::silence(conn, how, shared.shutdown.subscribe()).await,
+    }
 }
 
 fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<Identity> {

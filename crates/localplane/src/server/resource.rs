@@ -1,21 +1,23 @@
-//! Resource requests: resolving the kind, authorizing, injecting faults, and one function per
-//! verb.
+//! Resource requests: resolving the kind, authorizing, injecting faults, one function per verb,
+//! and counting each request by how it was answered.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, header};
 use serde_json::{Value, json};
 
+use super::listen::Silence;
 use super::respond::{
     Shape, as_version, json_body, json_response, list_body, ok_json, resource_not_found,
 };
 use super::routes::{Query, ResourcePath, Verb};
 use crate::config::Identity;
 use crate::error::ApiError;
+use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
 use crate::plane::{DeleteOpts, PatchKind, Plane, Target, WriteOpts};
 use crate::rbac;
@@ -29,7 +31,7 @@ const MAX_BODY: usize = 64 << 20;
 
 /// An authenticated request for a resource, as routing left it.
 pub(crate) struct Request<'a> {
-    pub shared: &'a Shared,
+    pub shared: Arc<Shared>,
     pub plane: Plane,
     pub identity: Identity,
     pub caller: Caller,
@@ -75,11 +77,115 @@ impl Call {
     }
 }
 
-pub(crate) async fn serve(req: Request<'_>, body: Body) -> Result<Response, ApiError> {
-    let shared = req.shared;
+/// How a request ends.
+pub(crate) enum Reply {
+    Answer(Response),
+    /// An injected fault withholds the answer.
+    Silence(Silence),
+}
+
+/// Counts a request once its answer is decided, wherever that happens (a delayed commit decides
+/// it in a task of its own, even after the client left).
+#[derive(Clone)]
+struct Count {
+    shared: Arc<Shared>,
+    plane: String,
+    verb: Verb,
+    resource: String,
+}
+
+impl Count {
+    fn answer(&self, r: Result<Response, ApiError>) -> Reply {
+        let resp = r.unwrap_or_else(IntoResponse::into_response);
+        self.record(resp.status().as_u16());
+        Reply::Answer(resp)
+    }
+
+    fn fail(&self, f: Failure) -> Reply {
+        self.shared.metrics.record_failure(f.when, f.outcome);
+        match f.outcome {
+            FaultOutcome::Status => self.answer(Err(f.status)),
+            FaultOutcome::Reset => self.silence(Silence::Reset),
+            FaultOutcome::Hang => self.silence(Silence::Hang),
+        }
+    }
+
+    fn silence(&self, how: Silence) -> Reply {
+        self.record(0);
+        Reply::Silence(how)
+    }
+
+    fn record(&self, code: u16) {
+        self.shared
+            .record(&self.plane, self.verb.as_str(), &self.resource, code);
+    }
+}
+
+pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
+    let count = Count {
+        shared: req.shared.clone(),
+        plane: req.plane.name().to_string(),
+        verb: req.verb,
+        resource: req.path.label(),
+    };
+    let (call, decision) = match admit(req) {
+        Ok(x) => x,
+        Err(e) => return count.answer(Err(e)),
+    };
+    if !decision.latency.is_zero() {
+        tokio::time::sleep(decision.latency).await;
+    }
+    let (before, after) = match decision.failure {
+        Some(f) if f.when == FaultWhen::BeforeApply => (Some(f), None),
+        other => (None, other),
+    };
+    if let Some(f) = before {
+        return count.fail(f);
+    }
+    if call.verb == Verb::Watch {
+        return count.answer(watch(&count.shared, &call));
+    }
+    let body = match read_bytes(body).await {
+        Ok(b) => b,
+        Err(e) => return count.answer(Err(e)),
+    };
+    if decision.commit_delay.is_zero() {
+        return settle(&count, &call, &body, after);
+    }
+    count.shared.metrics.record_delayed_commit();
+    let delay = decision.commit_delay;
+    let late = count.clone();
+    // Spawned, not awaited in place: axum drops this handler when the client disconnects, and
+    // the commit must land anyway.
+    let commit = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        settle(&late, &call, &body, after)
+    });
+    match commit.await {
+        Ok(reply) => reply,
+        Err(e) => count.answer(Err(ApiError::new(
+            500,
+            "InternalError",
+            format!("a delayed commit failed: {e}"),
+        ))),
+    }
+}
+
+/// Applies the request, then answers it, or replaces the answer with an after-apply fault.
+fn settle(count: &Count, call: &Call, body: &[u8], after: Option<Failure>) -> Reply {
+    let answer = apply(call, body);
+    match after {
+        None => count.answer(answer),
+        Some(f) => count.fail(f),
+    }
+}
+
+/// Resolves and authorizes the request, and draws the faults it gets.
+fn admit(req: Request<'_>) -> Result<(Call, Decision), ApiError> {
+    let shared = req.shared.clone();
     let identity = req.identity.clone();
     let call = resolve(req)?;
-    authorize(shared, &identity, &call)?;
+    authorize(&shared, &identity, &call)?;
     let fault_resource = match &call.path.sub {
         Some(s) => format!("{}/{s}", call.def.plural),
         None => call.def.plural.clone(),
@@ -89,18 +195,9 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Result<Response, ApiE
         call.verb.as_str(),
         &call.def.group,
         &fault_resource,
+        call.verb != Verb::Watch,
     );
-    if !decision.latency.is_zero() {
-        tokio::time::sleep(decision.latency).await;
-    }
-    if let Some(e) = decision.error {
-        return Err(e);
-    }
-    if call.verb == Verb::Watch {
-        return watch(shared, &call);
-    }
-    let body = read_bytes(body).await?;
-    apply(&call, &body)
+    Ok((call, decision))
 }
 
 /// Finds the kind and checks the path fits it (scope, subresource, verb).

@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
+use egress_api::ipam::{IPClaim, IPClass, IPPool};
+use kube::Client;
+use kube::api::{Api, PostParams};
 use kube::core::Status;
+use serde_json::{Value, json};
 
 use localplane::{Identity, LocalPlane, LocalPlaneBuilder, Running};
 
@@ -11,6 +15,8 @@ pub const ADMIN_TOKEN: &str = "admin-token";
 pub const USER: &str = "controller";
 pub const USER_TOKEN: &str = "controller-token";
 pub const USER_NAME: &str = "system:egress-address@cloud.datumapis.com";
+/// The project holding the IPAM class catalog in [`start_ipam`].
+pub const PLATFORM: &str = "platform";
 
 /// The workspace root (CRDs, the IPAM inventory and the `.venv` live there).
 pub fn repo_root() -> PathBuf {
@@ -105,4 +111,49 @@ pub fn find_kubectl() -> Option<PathBuf> {
         .ok()?;
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl");
     p.is_file().then_some(p)
+}
+
+/// The platform and a tenant project, each serving Milo IPAM, over plain HTTP.
+pub async fn start_ipam() -> Running {
+    let lp = LocalPlane::builder()
+        .project(PLATFORM)
+        .project("tenant")
+        .project_namespace("default")
+        .identity(Identity::admin("admin", "admin-token"))
+        .ipam(PLATFORM)
+        .build()
+        .unwrap();
+    lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap()
+}
+
+/// An IPClaim in namespace `default`.
+pub fn claim(name: &str, spec: Value) -> IPClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// A one-pool, one-class inventory drawing straight from `cidr`.
+pub async fn flat(c: &Client, cidr: &str, class_spec: Value) {
+    let fam = if cidr.contains(':') { "IPv6" } else { "IPv4" };
+    let pool: IPPool = serde_json::from_value(json!({
+        "metadata": {"name": "flat-pool"},
+        "spec": {"cidr": cidr, "ipFamily": fam, "classNames": ["flat"]},
+    }))
+    .unwrap();
+    Api::<IPPool>::all(c.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    let mut spec = class_spec;
+    spec["ipFamily"] = json!(fam);
+    let class: IPClass =
+        serde_json::from_value(json!({"metadata": {"name": "flat"}, "spec": spec})).unwrap();
+    Api::<IPClass>::all(c.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
 }

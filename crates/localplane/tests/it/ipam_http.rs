@@ -4,27 +4,13 @@
 use std::collections::BTreeSet;
 
 use egress_api::ipam::{IPAllocation, IPClaim, IPClass, IPPool};
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, Status};
-use kube::Client;
 use localplane::{Identity, LocalPlane, Running};
 use serde_json::{Value, json};
 
-use crate::common::{api_err, repo_root};
-
-const PLATFORM: &str = "platform";
-
-async fn start() -> Running {
-    let lp = LocalPlane::builder()
-        .project(PLATFORM)
-        .project("tenant")
-        .project_namespace("default")
-        .identity(Identity::admin("admin", "admin-token"))
-        .ipam(PLATFORM)
-        .build()
-        .unwrap();
-    lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap()
-}
+use crate::common::{PLATFORM, api_err, claim, flat, repo_root, start_ipam};
 
 fn client(lp: &Running, plane: &str) -> Client {
     lp.http_client(plane, "admin").unwrap()
@@ -99,15 +85,6 @@ fn shard_claim(name: &str, location: &str) -> IPClaim {
     .unwrap()
 }
 
-fn claim(name: &str, spec: Value) -> IPClaim {
-    serde_json::from_value(json!({
-        "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }))
-    .unwrap()
-}
-
 fn cidr(c: &IPClaim) -> String {
     c.status
         .as_ref()
@@ -120,31 +97,9 @@ fn alloc_name(ns: &str, claim: &str) -> String {
     localplane::ipam::digest::allocation_name(ns, claim)
 }
 
-/// A one-pool, one-class inventory drawing straight from `cidr`.
-async fn flat(c: &Client, cidr: &str, class_spec: Value) {
-    let fam = if cidr.contains(':') { "IPv6" } else { "IPv4" };
-    let pool: IPPool = serde_json::from_value(json!({
-        "metadata": {"name": "flat-pool"},
-        "spec": {"cidr": cidr, "ipFamily": fam, "classNames": ["flat"]},
-    }))
-    .unwrap();
-    Api::<IPPool>::all(c.clone())
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap();
-    let mut spec = class_spec;
-    spec["ipFamily"] = json!(fam);
-    let class: IPClass =
-        serde_json::from_value(json!({"metadata": {"name": "flat"}, "spec": spec})).unwrap();
-    Api::<IPClass>::all(c.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     let results = apply_inventory(&c, None).await;
     let refused = results[0].as_ref().unwrap_err();
@@ -162,7 +117,7 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
             .is_none()
     );
 
-    let lp2 = start().await;
+    let lp2 = start_ipam().await;
     let c2 = client(&lp2, PLATFORM);
     for r in apply_inventory(&c2, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -182,7 +137,7 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_binds_on_create_through_the_cascade() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -199,7 +154,8 @@ async fn a_claim_binds_on_create_through_the_cascade() {
         .unwrap();
     let st = bound.status.clone().unwrap();
     assert_eq!(st.phase, "Bound");
-    assert_eq!(st.allocated_cidr, "2001:db8::/128");
+    // The shipped inventory reserves each location's Subnet-Router anycast address (`::`).
+    assert_eq!(st.allocated_cidr, "2001:db8::1/128");
     assert_eq!(st.address, "", "status.address is never written");
     let alloc = alloc_name("default", "egress-shard-ipv6.galactic-system.worker-a");
     assert_eq!(st.bound_allocation_ref.unwrap().name, alloc);
@@ -262,23 +218,23 @@ async fn a_claim_binds_on_create_through_the_cascade() {
         "egress-shard-ipv6.galactic-system.worker-a"
     );
     assert_eq!(a.spec.reclaim_policy, "Delete");
-    assert_eq!(a.status.unwrap().allocated_cidr, "2001:db8::/128");
+    assert_eq!(a.status.unwrap().allocated_cidr, "2001:db8::1/128");
 
     let next = claims
         .create(&PostParams::default(), &shard_claim("b", "dfw"))
         .await
         .unwrap();
-    assert_eq!(cidr(&next), "2001:db8::1/128");
+    assert_eq!(cidr(&next), "2001:db8::2/128");
     let elsewhere = claims
         .create(&PostParams::default(), &shard_claim("c", "ord"))
         .await
         .unwrap();
-    assert_eq!(cidr(&elsewhere), "2001:db8:1::/128");
+    assert_eq!(cidr(&elsewhere), "2001:db8:1::1/128");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sixty_four_parallel_claimers_get_distinct_addresses() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -304,6 +260,10 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
     for t in tasks {
         let got = t.await.unwrap();
         assert!(got.ends_with("/128"), "{got}");
+        assert!(
+            !got.ends_with("::/128"),
+            "{got} is a block's reserved anycast address"
+        );
         assert!(seen.insert(got.clone()), "{got} handed out twice");
     }
     assert_eq!(seen.len(), 64);
@@ -322,7 +282,7 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     flat(&c, "10.0.0.0/24", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
@@ -441,7 +401,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refusals_are_in_ipams_wire_shape() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/47")).await {
         r.unwrap();
@@ -530,7 +490,7 @@ async fn refusals_are_in_ipams_wire_shape() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_leaf_pool_is_507_naming_the_pool() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     flat(&c, "10.0.0.0/31", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
@@ -576,7 +536,7 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn addresses_are_unique_only_within_the_class_space() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     flat(
         &c,
@@ -614,7 +574,7 @@ async fn addresses_are_unique_only_within_the_class_space() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn immutable_fields_are_refused() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -720,7 +680,7 @@ async fn a_write_with_no_project_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_project_plane_serves_ipam_with_its_own_state() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let p = client(&lp, PLATFORM);
     let t = client(&lp, "tenant");
     flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32})).await;
