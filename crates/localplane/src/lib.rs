@@ -124,23 +124,27 @@
 // Layering. Imports between modules point down this list and never up, so no two modules (and
 // no two files) import each other; a folder's `mod.rs` only declares and re-exports its files.
 //
-//   app/       LocalPlane, its builder, serving it (Running)        -> server, shared, store, tls,
-//                                                                       kubeconfig
-//   ipam/      Milo IPAM as StorageHooks, and the builder's `ipam()` -> app (builder), plane, hooks
-//   server/    HTTP: routes, one function per verb (and the faults they get), responses,
-//              listening (and dropping a connection unanswered)
-//                                                     -> admin, shared, watch, rbac, table, openapi,
-//                                                        discovery, plane, faults, metrics
-//   admin      /localplane/* endpoints                             -> shared, faults, metrics
-//   shared     the planes, identities, counters and faults a server shares -> plane, config, faults
-//   watch      watch streams                                       -> plane, store, selector
-//   plane/     one control plane: mod (registry, hooks), read, write, delete, tally
-//                                                     -> store, resources, schema, selector, meta
-//   rbac, table, openapi, discovery                               -> store, resources
-//   store      objects, resourceVersions, history, transactions    -> resources, meta, hooks
-//   metrics    request and injected-fault counters                 -> faults
-//   resources, schema, selector, meta, faults, config, kubeconfig, tls
-//   error, hooks, locks                                           (leaves)
+//   ipam/       Milo IPAM as StorageHooks; the builder's `ipam()`  -> app, plane, hooks
+//   app/        LocalPlane, its builder, serving it (Running)      -> server, shared, plane, store,
+//                                                                     kubeconfig, tls, ...
+//   server/     HTTP: routing, one function per verb and the faults it gets, responses, listening
+//               (and dropping a connection unanswered)            -> admin, shared, watch, rbac,
+//                                                                     table, openapi, discovery,
+//                                                                     plane, faults, ...
+//   admin       /localplane/* endpoints                            -> shared, faults
+//   shared      the planes, identities, counters and faults a server shares
+//                                                                  -> plane, metrics, config, faults
+//   watch       watch streams                                      -> plane, store, selector
+//   plane/      one control plane: mod (registry, hooks), read, write, delete, tally
+//                                                                  -> store, resources, schema,
+//                                                                     selector, meta
+//   rbac, table, openapi, discovery                                -> store, resources, meta
+//   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
+//   resources, schema, selector                                    -> hooks, meta, error, locks
+//   kubeconfig, config                                             -> config, faults
+//   metrics     request and injected-fault counters                -> faults
+//   faults, meta                                                   -> error, locks
+//   error, hooks, locks, tls                                       (leaves)
 //
 // Where new behaviour goes: a new verb or request parameter in server/resource.rs; a new rule for
 // what a write does to stored objects in plane/write.rs or plane/delete.rs; a resource with its
