@@ -2,77 +2,68 @@
 //! on purpose: localplane only listens on loopback.
 
 use axum::body::Body;
-use axum::response::{IntoResponse, Response};
-use http::{Method, StatusCode};
-use serde_json::json;
+use http::Method;
+use serde_json::{Value, json};
 
-use crate::app::LocalPlane;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
+use crate::shared::Shared;
 
-fn json(code: StatusCode, v: serde_json::Value) -> Response {
-    (
-        code,
-        [(http::header::CONTENT_TYPE, "application/json")],
-        v.to_string(),
-    )
-        .into_response()
-}
-
-pub(crate) async fn handle(lp: &LocalPlane, method: &Method, rest: &str, body: Body) -> Response {
-    let shared = lp.shared();
+/// Answers one admin request (everything after `/localplane/`) with a JSON body.
+pub(crate) async fn handle(
+    shared: &Shared,
+    method: &Method,
+    rest: &str,
+    body: Body,
+) -> Result<Value, ApiError> {
     match (method, rest.trim_end_matches('/')) {
-        (&Method::GET, "metrics") => json(StatusCode::OK, shared.metrics.to_json()),
+        (&Method::GET, "metrics") => Ok(shared.metrics.to_json()),
         (&Method::DELETE, "metrics") => {
             shared.metrics.reset();
-            json(StatusCode::OK, json!({}))
+            Ok(json!({}))
         }
-        (&Method::GET, "faults") => json(StatusCode::OK, json!(shared.faults.get())),
+        (&Method::GET, "faults") => Ok(json!(shared.faults.get())),
         (&Method::DELETE, "faults") => {
             shared.faults.clear();
-            json(StatusCode::OK, json!(shared.faults.get()))
+            Ok(json!(shared.faults.get()))
         }
         (&Method::POST | &Method::PUT, "faults") => {
-            let bytes = match axum::body::to_bytes(body, 1 << 20).await {
-                Ok(b) => b,
-                Err(e) => return ApiError::bad_request(e.to_string()).into_response(),
-            };
-            let text = String::from_utf8_lossy(&bytes);
-            match serde_saphyr::from_str::<FaultConfig>(&text) {
-                Ok(cfg) => {
-                    shared.faults.set(cfg);
-                    json(StatusCode::OK, json!(shared.faults.get()))
-                }
-                Err(e) => {
-                    ApiError::bad_request(format!("invalid fault config: {e}")).into_response()
-                }
-            }
+            shared.faults.set(read_fault_config(body).await?);
+            Ok(json!(shared.faults.get()))
         }
         (&Method::GET, "planes") => {
             let mut planes = vec!["cell".to_string()];
-            planes.extend(lp.project_names());
-            json(StatusCode::OK, json!({"planes": planes}))
+            planes.extend(shared.project_names());
+            Ok(json!({"planes": planes}))
         }
         (&Method::POST, p) if p.starts_with("projects/") => {
             let name = &p["projects/".len()..];
-            lp.add_project(name);
-            json(StatusCode::OK, json!({"project": name}))
+            shared.add_project(name);
+            Ok(json!({"project": name}))
         }
         (&Method::POST, p) if p.starts_with("compact/") => {
             let name = &p["compact/".len()..];
-            match lp.plane(name) {
-                Some(pl) => {
-                    pl.compact_history();
-                    json(
-                        StatusCode::OK,
-                        json!({"compacted": name, "resourceVersion": pl.resource_version()}),
-                    )
-                }
-                None => {
-                    ApiError::new(404, "NotFound", format!("no plane {name:?}")).into_response()
-                }
-            }
+            let plane = shared
+                .plane(name)
+                .ok_or_else(|| ApiError::new(404, "NotFound", format!("no plane {name:?}")))?;
+            plane.compact_history();
+            Ok(json!({"compacted": name, "resourceVersion": plane.resource_version()}))
         }
-        _ => ApiError::new(404, "NotFound", "unknown localplane admin endpoint").into_response(),
+        _ => Err(ApiError::new(
+            404,
+            "NotFound",
+            "unknown localplane admin endpoint",
+        )),
     }
+}
+
+async fn read_fault_config(body: Body) -> Result<FaultConfig, ApiError> {
+    let bytes = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let invalid = |e: String| ApiError::bad_request(format!("invalid fault config: {e}"));
+    let cfg = serde_saphyr::from_str::<FaultConfig>(&text).map_err(|e| invalid(e.to_string()))?;
+    cfg.validate().map_err(invalid)?;
+    Ok(cfg)
 }

@@ -97,7 +97,11 @@ fn cell() -> String {
 /// projectNamespaces: [ipam]
 /// manifests:
 ///   - {plane: cell, path: config/rbac/role.yaml}
-/// faults: {seed: 7, rules: [{verb: patch, resource: egressshards, errorRate: 0.1, code: 503}]}
+/// faults:
+///   seed: 7
+///   rules:
+///     - {verb: patch, resource: egressshards, errorRate: 0.1, code: 503}
+///     - {verb: delete, resource: ipclaims, commitDelayMs: 5000}
 /// watchHistory: 10000
 /// bookmarkIntervalSeconds: 10
 /// ```

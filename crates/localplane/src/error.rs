@@ -4,8 +4,6 @@
 //! apiserver would, and the messages follow apimachinery's wording so that tests and humans reading
 //! kubectl output see what they would see against a real cluster.
 
-use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
 use kube::core::Status;
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use serde_json::{Value, json};
@@ -162,10 +160,6 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", message)
-    }
-
     /// The reason apimachinery associates with a bare HTTP code (used for injected faults).
     pub fn from_code(code: u16, message: impl Into<String>) -> Self {
         let reason = match code {
@@ -209,29 +203,6 @@ pub fn status_json(s: &Status) -> Value {
 impl From<Status> for ApiError {
     fn from(s: Status) -> Self {
         ApiError(s)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let retry_after = self
-            .0
-            .details
-            .as_ref()
-            .map(|d| d.retry_after_seconds)
-            .filter(|s| *s > 0);
-        let mut resp = (code, crate::server::json_body(&self.to_json())).into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(s) = retry_after
-            && let Ok(v) = HeaderValue::from_str(&s.to_string())
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        resp
     }
 }
 

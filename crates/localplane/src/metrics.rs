@@ -1,9 +1,12 @@
-//! Request counters by plane, verb, resource and status code.
+//! Request counters by plane, verb, resource and status code, and counts of injected faults.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use serde::Serialize;
+
+use crate::faults::{FaultOutcome, FaultWhen, InjectedFaults};
+use crate::locks;
 
 /// One counter's labels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -16,6 +19,7 @@ pub struct RequestKey {
     /// Group-qualified resource with subresource (`egressshards.network.datumapis.com/status`),
     /// or the path for non-resource requests.
     pub resource: String,
+    /// The HTTP status answered, or 0 when an injected fault sent no answer (a reset or hang).
     pub code: u16,
 }
 
@@ -27,28 +31,21 @@ pub struct RequestCount {
     pub count: u64,
 }
 
-/// The request counters of one localplane process.
+/// The request counters of one localplane process, and the faults it injected.
 #[derive(Debug, Default)]
 pub struct Metrics {
     counts: Mutex<HashMap<RequestKey, u64>>,
+    injected: Mutex<InjectedFaults>,
 }
 
 impl Metrics {
     pub(crate) fn record(&self, key: RequestKey) {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
-            .or_default() += 1;
+        *locks::lock(&self.counts).entry(key).or_default() += 1;
     }
 
     /// Every counter, sorted by labels.
     pub fn snapshot(&self) -> Vec<RequestCount> {
-        let mut v: Vec<RequestCount> = self
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let mut v: Vec<RequestCount> = locks::lock(&self.counts)
             .iter()
             .map(|(k, c)| RequestCount {
                 key: k.clone(),
@@ -61,9 +58,7 @@ impl Metrics {
 
     /// The sum of the counters whose labels satisfy `pred`.
     pub fn count(&self, pred: impl Fn(&RequestKey) -> bool) -> u64 {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.counts)
             .iter()
             .filter(|(k, _)| pred(k))
             .map(|(_, c)| *c)
@@ -74,16 +69,36 @@ impl Metrics {
         self.count(|_| true)
     }
 
+    /// How many faults of each kind were injected since the start (or the last reset).
+    pub fn injected_faults(&self) -> InjectedFaults {
+        *locks::lock(&self.injected)
+    }
+
+    pub(crate) fn record_failure(&self, when: FaultWhen, outcome: FaultOutcome) {
+        let mut i = locks::lock(&self.injected);
+        match when {
+            FaultWhen::BeforeApply => i.before_apply.count(outcome),
+            FaultWhen::AfterApply => i.after_apply.count(outcome),
+        }
+    }
+
+    pub(crate) fn record_delayed_commit(&self) {
+        locks::lock(&self.injected).delayed_commits += 1;
+    }
+
+    /// Zeroes every counter, the injected faults' too.
     pub fn reset(&self) {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        locks::lock(&self.counts).clear();
+        *locks::lock(&self.injected) = InjectedFaults::default();
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {
         let snap = self.snapshot();
         let total: u64 = snap.iter().map(|c| c.count).sum();
-        serde_json::json!({"total": total, "requests": snap})
+        serde_json::json!({
+            "total": total,
+            "requests": snap,
+            "injectedFaults": self.injected_faults(),
+        })
     }
 }

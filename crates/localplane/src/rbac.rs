@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::hooks::ResourceKey;
-use crate::plane::PlaneState;
+use crate::store::Store;
 
 /// What a resource request asks to do.
 pub(crate) struct Attributes<'a> {
@@ -66,7 +66,7 @@ fn rule_allows(rule: &Value, a: &Attributes<'_>) -> bool {
     resource_ok && (names.is_empty() || a.name.is_some_and(|n| names.iter().any(|x| x == n)))
 }
 
-fn role_rules<'a>(st: &'a PlaneState, role_ref: &Value, ns: &str) -> Option<&'a Value> {
+fn role_rules<'a>(store: &'a Store, role_ref: &Value, ns: &str) -> Option<&'a Value> {
     let kind = role_ref.get("kind").and_then(Value::as_str)?;
     let name = role_ref.get("name").and_then(Value::as_str)?;
     let (plural, ns) = match kind {
@@ -74,7 +74,7 @@ fn role_rules<'a>(st: &'a PlaneState, role_ref: &Value, ns: &str) -> Option<&'a 
         "Role" => ("roles", ns),
         _ => return None,
     };
-    st.store
+    store
         .get(
             &ResourceKey::new("rbac.authorization.k8s.io", plural),
             ns,
@@ -89,22 +89,23 @@ fn allows(role: Option<&Value>, a: &Attributes<'_>) -> bool {
         .is_some_and(|rules| rules.iter().any(|r| rule_allows(r, a)))
 }
 
-pub(crate) fn authorize(st: &PlaneState, a: &Attributes<'_>) -> bool {
+/// Whether a binding in `store` grants the request.
+pub(crate) fn authorize(store: &Store, a: &Attributes<'_>) -> bool {
     let crb = ResourceKey::new("rbac.authorization.k8s.io", "clusterrolebindings");
-    for (_, b) in st.store.range(&crb, None, None) {
+    for (_, b) in store.range(&crb, None, None) {
         if subject_matches(b, a)
             && let Some(rr) = b.get("roleRef")
-            && allows(role_rules(st, rr, ""), a)
+            && allows(role_rules(store, rr, ""), a)
         {
             return true;
         }
     }
     if let Some(ns) = a.namespace {
         let rb = ResourceKey::new("rbac.authorization.k8s.io", "rolebindings");
-        for (_, b) in st.store.range(&rb, Some(ns), None) {
+        for (_, b) in store.range(&rb, Some(ns), None) {
             if subject_matches(b, a)
                 && let Some(rr) = b.get("roleRef")
-                && allows(role_rules(st, rr, ns), a)
+                && allows(role_rules(store, rr, ns), a)
             {
                 return true;
             }

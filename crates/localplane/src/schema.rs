@@ -9,6 +9,7 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, FieldErrorKind, render_value};
+use crate::locks;
 
 /// Fields of ObjectMeta that survive pruning; anything else under `metadata` is dropped, as the
 /// apiserver's decoder drops it.
@@ -137,7 +138,7 @@ pub fn apply_defaults(schema: &Value, obj: &Value) -> Value {
 fn regex_cached(pattern: &str) -> Option<Regex> {
     static CACHE: OnceLock<Mutex<HashMap<String, Option<Regex>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = locks::lock(cache);
     c.entry(pattern.to_string())
         .or_insert_with(|| Regex::new(pattern).ok())
         .clone()

@@ -146,7 +146,8 @@ pub struct Txn<'a> {
     committed: bool,
 }
 
-fn key_of(obj: &Value) -> ObjKey {
+/// Where an object is stored: its namespace and name.
+pub(crate) fn key_of(obj: &Value) -> ObjKey {
     (
         meta::str_at(obj, "/metadata/namespace").to_string(),
         meta::str_at(obj, "/metadata/name").to_string(),

@@ -4,7 +4,7 @@
 use egress_api::ipam::IPAllocation;
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
 use super::store::{self, ALLOCATIONS, name_of, namespace_of, typed};
 

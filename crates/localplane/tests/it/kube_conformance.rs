@@ -1,12 +1,10 @@
 //! localplane driven by kube-rs 5 over real HTTP: what a controller observes must match what a
 //! real apiserver does.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use egress_api::shard::{EgressShard, EgressShardSpec, EgressShardStatus, TargetRef};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -31,13 +29,6 @@ fn shard(name: &str) -> EgressShard {
             ..Default::default()
         },
     )
-}
-
-fn api_err(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
 }
 
 fn widgets(client: Client, ns: &str) -> Api<DynamicObject> {

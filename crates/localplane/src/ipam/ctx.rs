@@ -1,0 +1,41 @@
+//! What one IPAM request handler works with: the plane's transaction, the allocation index, the
+//! caller, and which project it acts for.
+
+use super::errors::{self, Result};
+use super::index::IndexTxn;
+use crate::hooks::{Caller, PlaneTxn};
+
+/// Everything a request handler needs.
+pub(crate) struct Ctx<'a, 'b> {
+    pub txn: &'a mut dyn PlaneTxn,
+    pub ix: &'a mut IndexTxn<'b>,
+    pub caller: &'a Caller,
+    /// The plane's project (`None` on a plane of no project).
+    pub project: Option<&'a str>,
+    /// The project holding the class catalog.
+    pub platform_project: &'a str,
+    pub plural: &'a str,
+}
+
+impl Ctx<'_, '_> {
+    /// The caller's project; every IPAM write is tenanted. The plane's own in-process admin
+    /// writes (manifests loaded at start) carry no project and act for the plane's project.
+    pub fn tenant(&self) -> Result<String> {
+        match (self.caller.project.as_deref(), self.project) {
+            (Some(p), _) if !p.is_empty() => Ok(p.to_string()),
+            (None, Some(p)) if self.caller.groups.iter().any(|g| g == "system:masters") => {
+                Ok(p.to_string())
+            }
+            _ => Err(errors::no_project_scope(self.plural)),
+        }
+    }
+
+    pub fn is_platform(&self) -> bool {
+        self.tenant().is_ok_and(|t| t == self.platform_project)
+    }
+
+    /// The project the plane's own objects (pools) belong to.
+    pub fn plane_project(&self) -> &str {
+        self.project.unwrap_or("")
+    }
+}

@@ -1,0 +1,203 @@
+//! DELETE: preconditions, finalizers, and what the namespace controller does for a deleted
+//! namespace.
+
+use std::sync::Arc;
+
+use kube::core::Status;
+use kube::core::response::{StatusDetails, StatusSummary};
+use serde_json::{Value, json};
+
+use super::Plane;
+use crate::error::{ApiError, status_json};
+use crate::hooks::{Caller, ResourceKey, StorageHooks};
+use crate::meta;
+use crate::resources::ResourceDef;
+use crate::store::{Txn, namespaces_key};
+
+/// Namespaces the apiserver's namespace-lifecycle admission never lets go.
+const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// `DeleteOptions` as far as this server honours them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeleteOpts {
+    pub dry_run: bool,
+    /// `preconditions.uid`: delete only the object with this uid.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`: delete only this version of the object.
+    pub resource_version: Option<String>,
+}
+
+impl Plane {
+    /// DELETE: removes the object, or marks it deleting while finalizers remain. Answers with the
+    /// object while it still exists, else a success Status.
+    ///
+    /// The preconditions are checked against the object as it is when the delete is applied,
+    /// under the same lock as the removal, so a delete that arrives early and lands late can
+    /// never remove an object created in between.
+    pub(crate) fn delete(
+        &self,
+        def: &Arc<ResourceDef>,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOpts,
+        caller: &Caller,
+    ) -> Result<Value, ApiError> {
+        let key = def.key();
+        if key == namespaces_key() && IMMORTAL_NAMESPACES.contains(&name) {
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
+        let hooks = self.hooks_for(&key);
+        let mut guard = self.write();
+        let st = &mut *guard;
+        let old = st
+            .store
+            .get(&key, ns.unwrap_or(""), name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        check_preconditions(def, name, &old, opts)?;
+        let mut txn = Txn::new(&mut st.store, &st.registry);
+        let out = if key == namespaces_key() {
+            let marked = mark_deleting(&mut txn, &key, &old, true);
+            drain_namespace(&mut txn, name, caller, &|k| self.hooks_for(k));
+            match txn.get(&key, "", name) {
+                Some(still) => (*still).clone(),
+                None => (*marked).clone(),
+            }
+        } else if !meta::finalizers(&old).is_empty() {
+            if old.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok((*old).clone());
+            }
+            (*mark_deleting(&mut txn, &key, &old, false)).clone()
+        } else {
+            for h in &hooks {
+                h.before_delete(&mut txn, caller, &key, &old)
+                    .map_err(ApiError::from)?;
+            }
+            txn.delete(&key, (*old).clone());
+            deleted_status(def, name, &old)
+        };
+        if !opts.dry_run {
+            txn.commit();
+        }
+        Ok(out)
+    }
+}
+
+/// The generic registry's answer to a precondition the stored object does not meet.
+fn check_preconditions(
+    def: &ResourceDef,
+    name: &str,
+    old: &Value,
+    opts: &DeleteOpts,
+) -> Result<(), ApiError> {
+    let failed = |what: &str, want: &str, have: &str| {
+        ApiError::conflict(
+            &def.group,
+            &def.plural,
+            name,
+            &format!(
+                "Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}"
+            ),
+        )
+    };
+    let uid = meta::str_at(old, "/metadata/uid");
+    if let Some(want) = opts.uid.as_deref()
+        && want != uid
+    {
+        return Err(failed("UID", want, uid));
+    }
+    let rv = meta::str_at(old, "/metadata/resourceVersion");
+    if let Some(want) = opts.resource_version.as_deref()
+        && want != rv
+    {
+        return Err(failed("ResourceVersion", want, rv));
+    }
+    Ok(())
+}
+
+/// The Status a DELETE that removed the object answers with.
+fn deleted_status(def: &ResourceDef, name: &str, old: &Value) -> Value {
+    status_json(&Status {
+        status: Some(StatusSummary::Success),
+        code: 0,
+        message: String::new(),
+        metadata: None,
+        reason: String::new(),
+        details: Some(StatusDetails {
+            name: name.to_string(),
+            group: def.group.clone(),
+            kind: def.plural.clone(),
+            uid: meta::str_at(old, "/metadata/uid").to_string(),
+            causes: vec![],
+            retry_after_seconds: 0,
+        }),
+    })
+}
+
+/// Sets `deletionTimestamp` (and, on a namespace, phase Terminating): the state an object waits
+/// in for its finalizers.
+fn mark_deleting(txn: &mut Txn<'_>, key: &ResourceKey, old: &Value, ns: bool) -> Arc<Value> {
+    let mut obj = old.clone();
+    {
+        let m = meta::meta_mut(&mut obj);
+        m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // rest.BeforeDelete bumps generation when it sets deletionTimestamp.
+        if let Some(g) = m.get("generation").and_then(Value::as_i64) {
+            m.insert("generation".into(), json!(g + 1));
+        }
+    }
+    if ns {
+        obj["status"] = json!({"phase": "Terminating"});
+    }
+    txn.write(key, obj)
+}
+
+/// What the namespace controller does for a deleted namespace: delete everything in it (objects
+/// with finalizers wait for them), then the namespace itself.
+fn drain_namespace(
+    txn: &mut Txn<'_>,
+    ns: &str,
+    caller: &Caller,
+    hooks_for: &dyn Fn(&ResourceKey) -> Vec<Arc<dyn StorageHooks>>,
+) {
+    let keys: Vec<ResourceKey> = txn
+        .registry
+        .all()
+        .filter(|d| d.namespaced)
+        .map(|d| d.key())
+        .collect();
+    for k in keys {
+        let objs: Vec<Arc<Value>> = txn
+            .store
+            .range(&k, Some(ns), None)
+            .map(|(_, v)| v.clone())
+            .collect();
+        let hooks = hooks_for(&k);
+        for o in objs {
+            if !meta::finalizers(&o).is_empty() {
+                if o.pointer("/metadata/deletionTimestamp").is_none() {
+                    mark_deleting(txn, &k, &o, false);
+                }
+                continue;
+            }
+            let refused = hooks
+                .iter()
+                .find_map(|h| h.before_delete(txn, caller, &k, &o).err());
+            if let Some(s) = refused {
+                tracing::warn!(
+                    ?s,
+                    "a hook refused deleting an object of a deleted namespace"
+                );
+                continue;
+            }
+            txn.delete(&k, (*o).clone());
+        }
+    }
+    txn.finish_namespace_if_drained(ns);
+}

@@ -1,0 +1,132 @@
+//! One control plane (the cell, or one Milo project): its kinds, its store and its hooks.
+//!
+//! The write semantics the apiserver applies to every request are split by what they do:
+//! [`read`] (get, list, `continue` pages), [`write`] (admission, create, update, patch),
+//! [`delete`] (preconditions, finalizers, namespace draining) and [`tally`] (the live counts the
+//! bench polls). This file holds the plane itself and access to its registry.
+
+mod delete;
+mod read;
+mod tally;
+mod write;
+
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use crate::hooks::{ResourceKey, StorageHooks};
+use crate::locks;
+use crate::resources::{Registry, ResourceDef};
+use crate::store::Store;
+
+pub(crate) use delete::DeleteOpts;
+pub use tally::Tally;
+pub(crate) use write::{PatchKind, Target, WriteOpts};
+
+/// A control plane served by localplane. Cheap to clone; clones share the plane.
+#[derive(Clone)]
+pub struct Plane(Arc<PlaneInner>);
+
+struct PlaneInner {
+    name: String,
+    project: Option<String>,
+    state: RwLock<PlaneState>,
+    hooks: RwLock<Vec<Arc<dyn StorageHooks>>>,
+}
+
+/// What the plane's lock guards: the kinds it serves and their objects.
+pub(crate) struct PlaneState {
+    pub registry: Registry,
+    pub store: Store,
+}
+
+impl Plane {
+    pub(crate) fn new(name: &str, project: Option<&str>, history: usize) -> Plane {
+        let plane = Plane(Arc::new(PlaneInner {
+            name: name.to_string(),
+            project: project.map(str::to_string),
+            state: RwLock::new(PlaneState {
+                registry: Registry::with_builtins(),
+                store: Store::new(history),
+            }),
+            hooks: RwLock::new(vec![]),
+        }));
+        plane.ensure_namespace("default");
+        plane
+    }
+
+    /// `cell`, or the project's name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The Milo project this plane is the control plane of (`None` for the cell).
+    pub fn project(&self) -> Option<&str> {
+        self.0.project.as_deref()
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, PlaneState> {
+        locks::read(&self.0.state)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, PlaneState> {
+        locks::write(&self.0.state)
+    }
+
+    /// Registers server-side behaviour; it runs for every resource it `handles()`, in
+    /// registration order, inside the write that triggers it.
+    pub fn add_hooks(&self, hooks: Arc<dyn StorageHooks>) {
+        locks::write(&self.0.hooks).push(hooks);
+    }
+
+    fn hooks_for(&self, key: &ResourceKey) -> Vec<Arc<dyn StorageHooks>> {
+        locks::read(&self.0.hooks)
+            .iter()
+            .filter(|h| h.handles(key))
+            .cloned()
+            .collect()
+    }
+
+    /// Serves a CRD's kind on this plane (re-adding replaces the definition, keeping objects).
+    pub fn add_crd(&self, crd: &CustomResourceDefinition) -> Result<(), String> {
+        let def = ResourceDef::from_crd(crd)?;
+        self.write().registry.insert(def);
+        Ok(())
+    }
+
+    pub fn add_crds(
+        &self,
+        crds: impl IntoIterator<Item = CustomResourceDefinition>,
+    ) -> Result<(), String> {
+        for c in crds {
+            self.add_crd(&c)?;
+        }
+        Ok(())
+    }
+
+    /// The kind stored under `key`.
+    pub(crate) fn def(&self, key: &ResourceKey) -> Option<Arc<ResourceDef>> {
+        self.read().registry.get(key).cloned()
+    }
+
+    /// The kind served at `/{group}/{version}/{plural}`.
+    pub(crate) fn lookup(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceDef>> {
+        self.read().registry.lookup(group, version, plural)
+    }
+
+    /// Forgets the watch history, so any watch resumed from an earlier resourceVersion is told
+    /// 410 Expired and the client must relist.
+    pub fn compact_history(&self) {
+        self.write().store.compact();
+    }
+
+    /// The plane's current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.read().store.rv()
+    }
+}

@@ -1,0 +1,91 @@
+//! The HTTP front: routing to planes, authentication, counting, and the resource verbs.
+//!
+//! [`handle`] is the router's only handler. It finds the plane, authenticates, and hands
+//! resource requests to [`resource`]; [`routes`] parses paths and verbs, [`respond`] renders
+//! bodies and errors, and [`listen`] accepts connections (and drops one when a fault says so).
+
+pub(crate) mod listen;
+mod resource;
+mod respond;
+mod routes;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, header};
+
+use crate::admin;
+use crate::config::Identity;
+use crate::error::ApiError;
+use crate::hooks::Caller;
+use crate::shared::Shared;
+use resource::Reply;
+use respond::{ok_json, plain_not_found, resource_not_found};
+pub use routes::PROJECT_PREFIX;
+use routes::{Query, ResourcePath, Verb};
+
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    if let Some(rest) = path.strip_prefix("/localplane/") {
+        return match admin::handle(&shared, &parts.method, rest, body).await {
+            Ok(v) => ok_json(&v),
+            Err(e) => e.into_response(),
+        };
+    }
+    let Some(route) = routes::plane_route(&shared, path) else {
+        return plain_not_found();
+    };
+    let plane_name = route.plane.name().to_string();
+    let segs: Vec<&str> = route.rest.split('/').filter(|s| !s.is_empty()).collect();
+    if matches!(segs.as_slice(), ["healthz" | "readyz" | "livez"]) {
+        return Response::new(Body::from("ok"));
+    }
+    let Some(identity) = authenticate(&shared, &parts.headers) else {
+        shared.record(&plane_name, parts.method.as_str(), &route.rest, 401);
+        return ApiError::unauthorized().into_response();
+    };
+    let Some(rp) = ResourcePath::parse(&segs) else {
+        let resp = match routes::non_resource(&route.plane, &segs, &route.prefix, &parts.headers) {
+            Some(v) => ok_json(&v),
+            None => resource_not_found().into_response(),
+        };
+        let verb = parts.method.as_str().to_lowercase();
+        shared.record(&plane_name, &verb, &route.rest, resp.status().as_u16());
+        return resp;
+    };
+    let query = Query::parse(parts.uri.query().unwrap_or(""));
+    let verb = Verb::of(&parts.method, rp.name.is_some(), &query);
+    let caller = Caller {
+        user: identity.user_name().to_string(),
+        groups: identity.all_groups(),
+        project: route.plane.project().map(str::to_string),
+    };
+    let conn = parts.extensions.get::<listen::Connection>().cloned();
+    let req = resource::Request {
+        shared: shared.clone(),
+        plane: route.plane,
+        identity,
+        caller,
+        verb,
+        path: rp,
+        query,
+        headers: &parts.headers,
+    };
+    match resource::serve(req, body).await {
+        Reply::Answer(r) => r,
+        Reply::Silence(how) => listen::silence(conn, how, shared.shutdown.subscribe()).await,
+    }
+}
+
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<Identity> {
+    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let token = auth
+        .strip_prefix("Bearer ")
+        .or_else(|| auth.strip_prefix("bearer "))?;
+    shared.authenticate(token.trim()).cloned()
+}

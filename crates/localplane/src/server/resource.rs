@@ -1,0 +1,532 @@
+//! Resource requests: resolving the kind, authorizing, injecting faults, one function per verb,
+//! and counting each request by how it was answered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, header};
+use serde_json::{Value, json};
+
+use super::listen::Silence;
+use super::respond::{
+    Shape, as_version, json_body, json_response, list_body, ok_json, resource_not_found,
+};
+use super::routes::{Query, ResourcePath, Verb};
+use crate::config::Identity;
+use crate::error::ApiError;
+use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
+use crate::hooks::Caller;
+use crate::plane::{DeleteOpts, PatchKind, Plane, Target, WriteOpts};
+use crate::rbac;
+use crate::resources::ResourceDef;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::shared::Shared;
+use crate::table::{self, IncludeObject};
+use crate::watch::{self, WatchRequest};
+
+const MAX_BODY: usize = 64 << 20;
+
+/// An authenticated request for a resource, as routing left it.
+pub(crate) struct Request<'a> {
+    pub shared: Arc<Shared>,
+    pub plane: Plane,
+    pub identity: Identity,
+    pub caller: Caller,
+    pub verb: Verb,
+    pub path: ResourcePath,
+    pub query: Query,
+    pub headers: &'a HeaderMap,
+}
+
+/// A request resolved to the kind it addresses.
+struct Call {
+    plane: Plane,
+    def: Arc<ResourceDef>,
+    caller: Caller,
+    verb: Verb,
+    path: ResourcePath,
+    query: Query,
+    shape: Shape,
+    content_type: String,
+    /// Addresses the `/status` subresource.
+    status: bool,
+}
+
+impl Call {
+    fn target(&self) -> Target<'_> {
+        Target {
+            def: &self.def,
+            version: &self.path.version,
+            ns: self.path.namespace.as_deref(),
+            status: self.status,
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.path.name.as_deref().unwrap_or("")
+    }
+
+    fn write_opts(&self) -> WriteOpts {
+        WriteOpts {
+            dry_run: self.query.get("dryRun").is_some_and(|d| d == "All"),
+            strict: self.query.get("fieldValidation") == Some("Strict"),
+        }
+    }
+}
+
+/// How a request ends.
+pub(crate) enum Reply {
+    Answer(Response),
+    /// An injected fault withholds the answer.
+    Silence(Silence),
+}
+
+/// Counts a request once its answer is decided, wherever that happens (a delayed commit decides
+/// it in a task of its own, even after the client left).
+#[derive(Clone)]
+struct Count {
+    shared: Arc<Shared>,
+    plane: String,
+    verb: Verb,
+    resource: String,
+}
+
+impl Count {
+    fn answer(&self, r: Result<Response, ApiError>) -> Reply {
+        let resp = r.unwrap_or_else(IntoResponse::into_response);
+        self.record(resp.status().as_u16());
+        Reply::Answer(resp)
+    }
+
+    fn fail(&self, f: Failure) -> Reply {
+        self.shared.metrics.record_failure(f.when, f.outcome);
+        match f.outcome {
+            FaultOutcome::Status => self.answer(Err(f.status)),
+            FaultOutcome::Reset => self.silence(Silence::Reset),
+            FaultOutcome::Hang => self.silence(Silence::Hang),
+        }
+    }
+
+    fn silence(&self, how: Silence) -> Reply {
+        self.record(0);
+        Reply::Silence(how)
+    }
+
+    fn record(&self, code: u16) {
+        self.shared
+            .record(&self.plane, self.verb.as_str(), &self.resource, code);
+    }
+}
+
+pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
+    let count = Count {
+        shared: req.shared.clone(),
+        plane: req.plane.name().to_string(),
+        verb: req.verb,
+        resource: req.path.label(),
+    };
+    let (call, decision) = match admit(req) {
+        Ok(x) => x,
+        Err(e) => return count.answer(Err(e)),
+    };
+    if !decision.latency.is_zero() {
+        tokio::time::sleep(decision.latency).await;
+    }
+    let (before, after) = match decision.failure {
+        Some(f) if f.when == FaultWhen::BeforeApply => (Some(f), None),
+        other => (None, other),
+    };
+    if let Some(f) = before {
+        return count.fail(f);
+    }
+    if call.verb == Verb::Watch {
+        return count.answer(watch(&count.shared, &call));
+    }
+    let body = match read_bytes(body).await {
+        Ok(b) => b,
+        Err(e) => return count.answer(Err(e)),
+    };
+    if decision.commit_delay.is_zero() {
+        return settle(&count, &call, &body, after);
+    }
+    count.shared.metrics.record_delayed_commit();
+    let delay = decision.commit_delay;
+    let late = count.clone();
+    // Spawned, not awaited in place: axum drops this handler when the client disconnects, and
+    // the commit must land anyway.
+    let commit = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        settle(&late, &call, &body, after)
+    });
+    match commit.await {
+        Ok(reply) => reply,
+        Err(e) => count.answer(Err(ApiError::new(
+            500,
+            "InternalError",
+            format!("a delayed commit failed: {e}"),
+        ))),
+    }
+}
+
+/// Applies the request, then answers it, or replaces the answer with an after-apply fault.
+fn settle(count: &Count, call: &Call, body: &[u8], after: Option<Failure>) -> Reply {
+    let answer = apply(call, body);
+    match after {
+        None => count.answer(answer),
+        Some(f) => count.fail(f),
+    }
+}
+
+/// Resolves and authorizes the request, and draws the faults it gets.
+fn admit(req: Request<'_>) -> Result<(Call, Decision), ApiError> {
+    let shared = req.shared.clone();
+    let identity = req.identity.clone();
+    let call = resolve(req)?;
+    authorize(&shared, &identity, &call)?;
+    let fault_resource = match &call.path.sub {
+        Some(s) => format!("{}/{s}", call.def.plural),
+        None => call.def.plural.clone(),
+    };
+    let decision = shared.faults.decide(
+        call.plane.name(),
+        call.verb.as_str(),
+        &call.def.group,
+        &fault_resource,
+        call.verb != Verb::Watch,
+    );
+    Ok((call, decision))
+}
+
+/// Finds the kind and checks the path fits it (scope, subresource, verb).
+fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
+    let rp = &req.path;
+    let def = req
+        .plane
+        .lookup(&rp.group, &rp.version, &rp.plural)
+        .ok_or_else(resource_not_found)?;
+    if rp.namespace.is_some() && !def.namespaced {
+        return Err(resource_not_found());
+    }
+    if def.namespaced && rp.namespace.is_none() && (rp.name.is_some() || req.verb == Verb::Create) {
+        return Err(resource_not_found());
+    }
+    let status = match rp.sub.as_deref() {
+        None => false,
+        Some("status")
+            if def
+                .version(&rp.version)
+                .is_some_and(|v| v.status_subresource) =>
+        {
+            true
+        }
+        Some(_) => return Err(resource_not_found()),
+    };
+    if req.verb == Verb::Unsupported
+        || (status && !matches!(req.verb, Verb::Get | Verb::Update | Verb::Patch))
+    {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let content_type = req
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    Ok(Call {
+        shape: Shape::of(req.headers),
+        plane: req.plane,
+        def,
+        caller: req.caller,
+        verb: req.verb,
+        path: req.path,
+        query: req.query,
+        content_type,
+        status,
+    })
+}
+
+/// RBAC from the plane's own roles and bindings, for identities that are not admins.
+fn authorize(shared: &Shared, identity: &Identity, call: &Call) -> Result<(), ApiError> {
+    if !shared.rbac || identity.admin {
+        return Ok(());
+    }
+    let def = &call.def;
+    let attrs = rbac::Attributes {
+        user: &call.caller.user,
+        groups: &call.caller.groups,
+        verb: call.verb.as_str(),
+        group: &def.group,
+        resource: &def.plural,
+        subresource: call.path.sub.as_deref(),
+        namespace: call.path.namespace.as_deref(),
+        name: call.path.name.as_deref(),
+    };
+    if rbac::authorize(&call.plane.read().store, &attrs) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(
+        &def.group,
+        &def.plural,
+        call.path.name.as_deref().unwrap_or(""),
+        &rbac::denial(&attrs),
+    ))
+}
+
+/// Runs every verb but watch against the plane.
+fn apply(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    match call.verb {
+        Verb::Get => get(call),
+        Verb::List => list(call),
+        Verb::Create => create(call, body),
+        Verb::Update => update(call, body),
+        Verb::Patch => patch(call, body),
+        Verb::Delete => delete(call, body),
+        _ => Err(ApiError::method_not_allowed(
+            "localplane does not implement deletecollection",
+        )),
+    }
+}
+
+fn include_object(q: &Query) -> IncludeObject {
+    match q.get("includeObject") {
+        Some("None") => IncludeObject::None,
+        Some("Object") => IncludeObject::Object,
+        _ => IncludeObject::Metadata,
+    }
+}
+
+fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    Ok((
+        LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
+        FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))?,
+    ))
+}
+
+fn get(call: &Call) -> Result<Response, ApiError> {
+    let (def, version) = (&call.def, call.path.version.as_str());
+    let obj = call
+        .plane
+        .get(def, call.path.namespace.as_deref(), call.name())?;
+    let obj = as_version(def, version, &obj);
+    Ok(ok_json(&match call.shape {
+        Shape::Full => obj.into_owned(),
+        Shape::Meta => table::partial_metadata(&obj),
+        Shape::Table => table::table(
+            def,
+            version,
+            &[&obj],
+            include_object(&call.query),
+            json!({"resourceVersion": crate::meta::str_at(&obj, "/metadata/resourceVersion")}),
+        ),
+    }))
+}
+
+fn list(call: &Call) -> Result<Response, ApiError> {
+    let (def, version) = (&call.def, call.path.version.as_str());
+    let (labels, fields) = selectors(&call.query)?;
+    let limit = call.query.get("limit").and_then(|l| l.parse().ok());
+    let res = call.plane.list(
+        def,
+        call.path.namespace.as_deref(),
+        &labels,
+        &fields,
+        limit,
+        call.query.get("continue"),
+    )?;
+    let mut meta = json!({"resourceVersion": res.rv.to_string()});
+    if let Some(c) = &res.cont {
+        meta["continue"] = json!(c);
+    }
+    Ok(match call.shape {
+        Shape::Table => {
+            let objs: Vec<&Value> = res.items.iter().map(|v| &**v).collect();
+            ok_json(&table::table(
+                def,
+                version,
+                &objs,
+                include_object(&call.query),
+                meta,
+            ))
+        }
+        Shape::Meta => {
+            let items: Vec<Value> = res
+                .items
+                .iter()
+                .map(|o| table::partial_metadata(o))
+                .collect();
+            ok_json(&json!({
+                "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta, "items": items,
+            }))
+        }
+        Shape::Full => json_response(200, list_body(def, version, &meta, &res.items)),
+    })
+}
+
+fn watch(shared: &Shared, call: &Call) -> Result<Response, ApiError> {
+    let (def, version) = (&call.def, call.path.version.as_str());
+    let q = &call.query;
+    let (labels, fields) = selectors(q)?;
+    let rv = match q.get("resourceVersion").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))?,
+        ),
+    };
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let (render, bookmark_type) = watch_render(def, version, call.shape, include_object(q));
+    let req = WatchRequest {
+        key: def.key(),
+        namespace: call.path.namespace.clone(),
+        labels,
+        fields,
+        resource_version: rv,
+        timeout,
+        bookmarks: q.flag("allowWatchBookmarks"),
+        bookmark_interval: shared.bookmark_interval,
+        cut_after: shared.faults.watch_cut_after(),
+        bookmark_type,
+        render,
+        send_initial_events: q.flag("sendInitialEvents"),
+    };
+    Ok(watch::respond(
+        &call.plane,
+        req,
+        shared.shutdown.subscribe(),
+    ))
+}
+
+/// How a watch renders each object, and the type its BOOKMARK objects carry.
+fn watch_render(
+    def: &Arc<ResourceDef>,
+    version: &str,
+    shape: Shape,
+    include: IncludeObject,
+) -> (watch::Render, (String, String)) {
+    let def2 = def.clone();
+    let v2 = version.to_string();
+    match shape {
+        Shape::Full => (
+            Arc::new(move |o: &Value| as_version(&def2, &v2, o).into_owned()),
+            (def.api_version(version), def.kind.clone()),
+        ),
+        Shape::Meta => (
+            Arc::new(table::partial_metadata),
+            ("meta.k8s.io/v1".into(), "PartialObjectMetadata".into()),
+        ),
+        Shape::Table => (
+            Arc::new(move |o: &Value| {
+                let meta =
+                    json!({"resourceVersion": crate::meta::str_at(o, "/metadata/resourceVersion")});
+                table::table(&def2, &v2, &[o], include, meta)
+            }),
+            ("meta.k8s.io/v1".into(), "Table".into()),
+        ),
+    }
+}
+
+fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let obj = parse_json(body)?;
+    let created = call
+        .plane
+        .create(call.target(), obj, &call.caller, &call.write_opts())?;
+    Ok(json_response(201, json_body(&created)))
+}
+
+fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let obj = parse_json(body)?;
+    let updated = call.plane.update(
+        call.target(),
+        call.name(),
+        obj,
+        &call.caller,
+        &call.write_opts(),
+    )?;
+    Ok(ok_json(&updated))
+}
+
+fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let kind = match call.content_type.as_str() {
+        "application/json-patch+json" => PatchKind::Json,
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/strategic-merge-patch+json" => PatchKind::Strategic,
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchKind::Apply,
+        other => return Err(ApiError::unsupported_media_type(other)),
+    };
+    let patched = call.plane.patch(
+        call.target(),
+        call.name(),
+        kind,
+        body,
+        &call.caller,
+        &call.write_opts(),
+    )?;
+    Ok(ok_json(&patched))
+}
+
+fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let opts = delete_opts(body, call.write_opts().dry_run)?;
+    let out = call.plane.delete(
+        &call.def,
+        call.path.namespace.as_deref(),
+        call.name(),
+        &opts,
+        &call.caller,
+    )?;
+    Ok(ok_json(&out))
+}
+
+/// The `DeleteOptions` body, if any: preconditions and dry run.
+fn delete_opts(body: &[u8], dry_run: bool) -> Result<DeleteOpts, ApiError> {
+    let mut opts = DeleteOpts {
+        dry_run,
+        ..Default::default()
+    };
+    if body.is_empty() {
+        return Ok(opts);
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+    let precondition = |field: &str| {
+        v.pointer(&format!("/preconditions/{field}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    opts.uid = precondition("uid");
+    opts.resource_version = precondition("resourceVersion");
+    if v.get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x == "All"))
+    {
+        opts.dry_run = true;
+    }
+    Ok(opts)
+}
+
+async fn read_bytes(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+        ))
+    })
+}

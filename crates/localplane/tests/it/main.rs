@@ -1,0 +1,10 @@
+//! localplane's integration tests, in one binary: kube-rs and kubectl against real HTTP, the
+//! Kubernetes semantics and Milo IPAM.
+
+mod cell;
+mod common;
+mod faults;
+mod ipam_http;
+mod ipam_kubectl;
+mod kube_conformance;
+mod kubectl;
