@@ -5,18 +5,20 @@
 //! carries the address. A create refused because the name is taken is followed by one read of
 //! the claim, and the annotations decide: the claim this incarnation made (its answer was lost)
 //! is used; a claim of an earlier incarnation of the shard is released, exactly that object, and
-//! a fresh one made; a claim of another cell or shard is refused and never touched. A create that
-//! got no answer at all is simply retried: the next create finds out what happened.
+//! a fresh one made; a claim of another cell or shard is refused and never touched. A create whose
+//! answer was lost (the connection cut, no answer in time) is read the same way, since it may
+//! have been applied; one that never left (refused, no such host, an untrusted certificate) is
+//! not.
 
 use tracing::{debug, info};
 
 use super::address::{UnusableError, from_allocated_cidr};
-use super::client::{Deleted, Ipam};
+use super::client::{Deleted, Ipam, is_circuit_open};
 use super::holding::{HolderKind, Holding};
 use super::naming::{Owner, owner};
 use super::reasons::{IpamReason, classify};
 use super::spec::{ClaimRequest, desired_claim};
-use crate::kube_status::{answered, is_not_found};
+use crate::kube_status::{answered, is_not_found, transport_cause};
 
 /// Why no address came back.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +136,12 @@ pub async fn claim(ipam: &Ipam, req: &ClaimRequest<'_>) -> Result<Holding, Claim
         if let IpamReason::AllocationRetained(allocation) = reason {
             return adopt(ipam, req, allocation).await;
         }
-        if !answered(&create_err) || !reason.name_may_be_taken() || released_earlier {
+        let worth_a_read = if answered(&create_err) {
+            reason.name_may_be_taken()
+        } else {
+            may_have_been_applied(&create_err)
+        };
+        if !worth_a_read || released_earlier {
             return Err(ClaimError::Create {
                 reason,
                 source: create_err,
@@ -201,6 +208,17 @@ pub async fn claim(ipam: &Ipam, req: &ClaimRequest<'_>) -> Result<Holding, Claim
             }
         }
     }
+}
+
+/// Whether a create that got no answer may still have been applied: the request left (the
+/// connection was cut, or the answer did not come in time). A connection that was never made
+/// (refused, no such name, an untrusted certificate, the breaker open) sent nothing.
+fn may_have_been_applied(err: &kube::Error) -> bool {
+    !is_circuit_open(err)
+        && !matches!(
+            transport_cause(err),
+            Some("refused" | "dns" | "certificate")
+        )
 }
 
 fn claim_holding(
