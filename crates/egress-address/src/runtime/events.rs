@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::activity::Activity;
 use super::leader::LeaderToken;
 use crate::config::settings::CONTROLLER_NAME;
 use crate::metrics::Metrics;
@@ -111,6 +112,7 @@ pub struct Notifier {
     series: Arc<Mutex<SeriesCache>>,
     leader: LeaderToken,
     metrics: Metrics,
+    activity: Arc<Activity>,
     repeat_after: Duration,
 }
 
@@ -121,6 +123,7 @@ impl Notifier {
         memory: Arc<ShardMemory>,
         leader: LeaderToken,
         metrics: Metrics,
+        activity: Arc<Activity>,
         repeat_after: Duration,
     ) -> Self {
         Self {
@@ -134,6 +137,7 @@ impl Notifier {
             }),
             leader,
             metrics,
+            activity,
             repeat_after,
         }
     }
@@ -166,11 +170,13 @@ impl Notifier {
                 None
             };
             queue.push_back(pending);
+            self.activity.events_queued(1);
             self.metrics.set_events_waiting(queue.len());
             dropped
         };
         self.outbox.ready.notify_one();
         if let Some(old) = dropped {
+            self.activity.events_done(1);
             self.metrics.event_dropped();
             warn!(shard = %old.note.key, reason = old.note.reason, "too many events waiting; dropped the oldest");
             self.memory.retract_event(&old.note.key, old.note.reason);
@@ -230,6 +236,11 @@ impl Notifier {
     }
 
     async fn send(&self, pending: Pending) {
+        self.deliver(pending).await;
+        self.activity.events_done(1);
+    }
+
+    async fn deliver(&self, pending: Pending) {
         // Losing the lease stops writes at once, queued events included.
         let note = &pending.note;
         if !self.leader.is_leader() {

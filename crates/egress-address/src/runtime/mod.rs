@@ -3,6 +3,7 @@
 //! ([`leader`]), events ([`events`]), readiness ([`readiness`]) and the admin server
 //! ([`admin`]), started and stopped in order.
 
+pub mod activity;
 pub mod admin;
 pub mod events;
 pub mod leader;
@@ -32,6 +33,7 @@ use crate::kube_status::{is_unauthorized, transport_cause};
 use crate::metrics::Metrics;
 use crate::reconcile::Context;
 use crate::shard::{ShardKey, ShardMemory};
+use activity::Activity;
 use events::Notifier;
 use leader::{Elector, LeaderToken};
 use queue::WorkQueue;
@@ -52,6 +54,7 @@ pub struct Handle {
     leader: LeaderToken,
     metrics: Metrics,
     memory: Arc<ShardMemory>,
+    activity: Arc<Activity>,
 }
 
 impl Handle {
@@ -82,13 +85,30 @@ impl Handle {
         self.readiness.wait_ready().await
     }
 
-    /// Resolves once this instance leads.
+    /// Resolves once this instance leads and has queued what a new leader looks at.
     pub async fn wait_leader(&self) {
-        self.leader.wait_leader().await
+        self.activity.leading().await
+    }
+
+    /// Whether this instance remembers anything about a shard (live, or deleted and not yet
+    /// released).
+    pub fn remembers(&self, key: &ShardKey) -> bool {
+        self.memory.knows(key)
     }
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Resolves once no shard is ready or being worked on and no event is waiting or in flight
+    /// (shards scheduled for later, or parked while IPAM is down, do not count).
+    pub async fn wait_idle(&self) {
+        self.activity.idle().await
+    }
+
+    /// Resolves once the shard cache has applied `resource_version` (or a later one).
+    pub async fn wait_seen(&self, resource_version: &str) {
+        self.activity.seen(resource_version).await
     }
 
     /// Shards this instance remembers anything about (live, or deleted and not yet released).
@@ -106,6 +126,7 @@ pub struct Controller {
     readiness: Arc<Readiness>,
     leader: LeaderToken,
     memory: Arc<ShardMemory>,
+    activity: Arc<Activity>,
 }
 
 impl Controller {
@@ -134,6 +155,7 @@ impl Controller {
         Ok(Self {
             readiness: Arc::new(Readiness::new(ipam.clone(), metrics.clone())),
             memory: Arc::new(ShardMemory::new(metrics.clone())),
+            activity: Arc::default(),
             settings,
             cell,
             ipam,
@@ -148,6 +170,7 @@ impl Controller {
             leader: self.leader.clone(),
             metrics: self.metrics.clone(),
             memory: self.memory.clone(),
+            activity: self.activity.clone(),
         }
     }
 
@@ -162,6 +185,7 @@ impl Controller {
             readiness,
             leader,
             memory,
+            activity,
         } = self;
         let mut shutdown = std::pin::pin!(shutdown);
         let cell_id = tokio::select! {
@@ -175,13 +199,14 @@ impl Controller {
         metrics.set_leader(leader.is_leader());
 
         let (store, writer) = reflector::store::<EgressShard>();
-        let queue = WorkQueue::<ShardKey>::start();
+        let queue = WorkQueue::<ShardKey>::start(activity.clone());
         let notifier = Notifier::new(
             cell.clone(),
             &settings.identity,
             memory.clone(),
             leader.clone(),
             metrics.clone(),
+            activity.clone(),
             settings.event_repeat_interval,
         );
         let stop_events = CancellationToken::new();
@@ -216,6 +241,7 @@ impl Controller {
                 queue: queue.clone(),
                 leader: leader.clone(),
                 readiness: readiness.clone(),
+                activity: activity.clone(),
             }
             .run(stop_work.clone()),
         );
@@ -224,6 +250,7 @@ impl Controller {
             store.clone(),
             memory.clone(),
             queue.clone(),
+            activity.clone(),
             stop_work.clone(),
         ));
         if !settings.drift_check_interval.is_zero() {

@@ -16,6 +16,8 @@ use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue;
 
+use super::activity::Activity;
+
 enum Timer<K> {
     At(K, Instant),
     Cancel(K),
@@ -40,12 +42,13 @@ pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
     ready: Notify,
     timers: mpsc::UnboundedSender<Timer<K>>,
+    activity: Arc<Activity>,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// A queue and the task that moves scheduled keys to ready when they are due; the task ends
     /// with the queue.
-    pub fn start() -> Arc<Self> {
+    pub fn start(activity: Arc<Activity>) -> Arc<Self> {
         let (timers, rx) = mpsc::unbounded_channel();
         let queue = Arc::new(Self {
             state: Mutex::new(State {
@@ -59,13 +62,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             }),
             ready: Notify::new(),
             timers,
+            activity,
         });
         tokio::spawn(run_timers(Arc::downgrade(&queue), rx));
         queue
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
-        crate::lock(&self.state)
+    fn lock(&self) -> Guard<'_, K> {
+        Guard {
+            state: crate::lock(&self.state),
+            activity: &self.activity,
+        }
     }
 
     /// Queues a key now. A key already pending stays where it is; a key being processed is
@@ -234,6 +241,32 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 }
 
+/// The state, locked; on release it tells the activity signal whether work is ready or running.
+struct Guard<'a, K> {
+    state: MutexGuard<'a, State<K>>,
+    activity: &'a Activity,
+}
+
+impl<K> std::ops::Deref for Guard<'_, K> {
+    type Target = State<K>;
+    fn deref(&self) -> &State<K> {
+        &self.state
+    }
+}
+
+impl<K> std::ops::DerefMut for Guard<'_, K> {
+    fn deref_mut(&mut self) -> &mut State<K> {
+        &mut self.state
+    }
+}
+
+impl<K> Drop for Guard<'_, K> {
+    fn drop(&mut self) {
+        self.activity
+            .set_queue_busy(!self.state.ready.is_empty() || !self.state.active.is_empty());
+    }
+}
+
 /// Whether the key became ready (and a worker should wake).
 fn push<K: Clone + Eq + Hash>(st: &mut State<K>, key: K) -> bool {
     if st.active.contains(&key) {
@@ -291,7 +324,7 @@ mod tests {
     use super::*;
 
     fn queue() -> Arc<WorkQueue<&'static str>> {
-        WorkQueue::start()
+        WorkQueue::start(Arc::default())
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::activity::Activity;
 use super::leader::LeaderToken;
 use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
@@ -29,6 +30,7 @@ pub struct Watch {
     pub queue: Arc<WorkQueue<ShardKey>>,
     pub leader: LeaderToken,
     pub readiness: Arc<Readiness>,
+    pub activity: Arc<Activity>,
 }
 
 impl Watch {
@@ -114,15 +116,22 @@ impl Watch {
                 }
             }
             self.writer.apply_watcher_event(&event);
+            for key in ready {
+                self.queue_if_leading(key);
+            }
+            if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = &event
+                && let Some(rv) = s.metadata.resource_version.as_deref()
+            {
+                self.activity.observed(rv);
+            }
+            // Ready only once the listed shards are queued: whoever waits for readiness and
+            // then for an idle queue sees the listed shards worked off.
             if matches!(event, watcher::Event::InitDone) && !self.readiness.is_synced() {
                 info!(
                     shards = self.store.state().len(),
                     "the first full list of shards is cached"
                 );
                 self.readiness.set_synced();
-            }
-            for key in ready {
-                self.queue_if_leading(key);
             }
         }
     }
@@ -144,6 +153,7 @@ pub async fn follow_leadership(
     store: Store<EgressShard>,
     memory: Arc<ShardMemory>,
     queue: Arc<WorkQueue<ShardKey>>,
+    activity: Arc<Activity>,
     stop: CancellationToken,
 ) {
     let mut rx = leader.subscribe();
@@ -160,6 +170,7 @@ pub async fn follow_leadership(
         } else if !leading && was_leader {
             queue.clear();
         }
+        activity.set_leading(leading);
         was_leader = leading;
         tokio::select! {
             _ = stop.cancelled() => return,

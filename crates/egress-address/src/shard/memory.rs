@@ -393,6 +393,11 @@ impl ShardMemory {
         dropped
     }
 
+    /// Whether anything is remembered about `key`.
+    pub fn knows(&self, key: &ShardKey) -> bool {
+        self.lock().records.contains_key(key)
+    }
+
     /// Shards remembered at all (live or with a deletion pending).
     pub fn len(&self) -> usize {
         self.lock().records.len()

@@ -329,12 +329,18 @@ async fn the_binary_end_to_end_with_a_restart() {
     plane.reset_counters();
     let second = Proc::start(&plane, "second");
     wait_ready(&second).await;
-    eventually(10, "leadership", || async {
-        let (_, body) = http_get(second.metrics, "/metrics").await?;
-        body.contains("egress_address_leader 1").then_some(())
-    })
+    // Leading, and both listed shards looked at (each reconcile is timed, so the count says so).
+    eventually(
+        10,
+        "leadership and the listed shards reconciled",
+        || async {
+            let (_, body) = http_get(second.metrics, "/metrics").await?;
+            (body.contains("egress_address_leader 1")
+                && body.contains("egress_address_reconcile_duration_seconds_count 2"))
+            .then_some(())
+        },
+    )
     .await;
-    settle().await;
     assert_eq!(
         plane.work_request_total(),
         0,

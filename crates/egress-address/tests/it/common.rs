@@ -390,9 +390,24 @@ pub async fn claim_released(plane: &Plane, name: &str, what: &str) {
     .await;
 }
 
-/// Lets the controller settle: watch events delivered, queues drained.
-pub async fn settle() {
-    tokio::time::sleep(Duration::from_millis(600)).await;
+/// Waits until the controller has seen `shard` as it is now and has nothing left to do for it
+/// (or anything else): its cache reached that version, no shard is queued or being worked on,
+/// and no event is on its way.
+pub async fn settled(ctl: &Ctl, shard: &EgressShard) {
+    let rv = shard.metadata.resource_version.clone().unwrap_or_default();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        ctl.handle.wait_seen(&rv).await;
+        ctl.handle.wait_idle().await;
+    })
+    .await
+    .expect("the controller settles");
+}
+
+/// Waits until no shard is queued or being worked on and no event is on its way.
+pub async fn idle(ctl: &Ctl) {
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_idle())
+        .await
+        .expect("the controller goes idle");
 }
 
 /// A hook that rewrites what IPAM put in a new claim's `status.allocatedCIDR` (after IPAM bound

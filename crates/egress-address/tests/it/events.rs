@@ -21,6 +21,7 @@ fn notifier(plane: &Plane, metrics: &Metrics) -> (Notifier, Arc<ShardMemory>) {
         memory.clone(),
         LeaderToken::always(),
         metrics.clone(),
+        Arc::default(),
         Duration::from_secs(3600),
     );
     (notifier, memory)

@@ -277,7 +277,7 @@ async fn shards_addressed_by_the_go_controller_are_kept_and_released() {
     plane.reset_counters();
 
     let ctl = start_controller(&plane, settings()).await;
-    settle().await;
+    idle(&ctl).await;
     assert_eq!(
         plane.work_request_total(),
         0,
@@ -389,7 +389,7 @@ async fn a_standby_remembers_only_pending_releases_and_takes_over_without_replay
     tokio::time::timeout(std::time::Duration::from_secs(10), b.handle.wait_leader())
         .await
         .expect("the standby takes over");
-    settle().await;
+    idle(&b).await;
     let m = plane.lp.metrics();
     assert_eq!(
         m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),

@@ -98,7 +98,16 @@ async fn the_shipped_grants_cover_every_request() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The drift check reads the adopted shard's allocation (its own verb) every interval.
+    eventually(10, "a drift check", || async {
+        (plane
+            .lp
+            .metrics()
+            .count(|k| k.verb == "get" && k.resource.starts_with("ipallocations") && k.code == 200)
+            >= 2)
+            .then_some(())
+    })
+    .await;
     let refused = plane.lp.metrics().count(|k| k.code == 403 || k.code == 401);
     assert_eq!(refused, 0, "{:#?}", plane.lp.metrics().snapshot());
     assert!(

@@ -23,7 +23,7 @@ async fn a_new_shard_costs_exactly_two_requests() {
     plane.reset_counters();
     plane.create_shard("worker-1").await;
     let shard = addressed(&plane, "worker-1").await;
-    settle().await;
+    settled(&ctl, &shard).await;
 
     let reqs = plane.work_requests();
     // The test's own create of the shard is one; the controller adds exactly two.
@@ -84,14 +84,14 @@ async fn addressed_shards_and_an_idle_controller_cost_nothing() {
     let plane = Plane::start().await;
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("worker-1").await;
-    addressed(&plane, "worker-1").await;
-    settle().await;
+    let shard = addressed(&plane, "worker-1").await;
+    settled(&ctl, &shard).await;
     ctl.stop().await.unwrap();
 
     // A restart relists and reconciles the addressed shard from the cache alone.
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
-    settle().await;
+    idle(&ctl).await;
     assert_eq!(
         plane.work_request_total(),
         0,
@@ -125,7 +125,7 @@ async fn a_hand_set_address_gets_the_label_only() {
         label(&s).map(|_| s)
     })
     .await;
-    settle().await;
+    settled(&ctl, &got).await;
     assert_eq!(label(&got).as_deref(), Some("true"));
     assert_eq!(got.spec.shard_address_ipv6, "2001:db8::7");
     assert!(
@@ -157,7 +157,7 @@ async fn a_deleting_shard_is_left_alone() {
     assert!(deleting.metadata.deletion_timestamp.is_some());
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
-    settle().await;
+    idle(&ctl).await;
     assert_eq!(
         plane.work_request_total(),
         0,
@@ -200,8 +200,8 @@ async fn a_failed_read_releases_nothing() {
     let plane = Plane::start().await;
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("kept").await;
-    addressed(&plane, "kept").await;
-    settle().await;
+    let kept = addressed(&plane, "kept").await;
+    settled(&ctl, &kept).await;
     let name = plane.claim_name("kept");
     plane.set_faults(vec![fault("cell", "get", "egressshards", 500)]);
     plane
@@ -210,18 +210,18 @@ async fn a_failed_read_releases_nothing() {
         .await
         .unwrap();
     // The live confirmation fails, over and over: the claim must survive all of it.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        plane.claims().get_opt(&name).await.unwrap().is_some(),
-        "released on a failed read"
-    );
-    assert!(
-        plane
+    eventually(10, "the confirmation retried", || async {
+        (plane
             .lp
             .metrics()
             .count(|k| k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 500)
-            >= 2,
-        "the confirmation was retried"
+            >= 3)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        plane.claims().get_opt(&name).await.unwrap().is_some(),
+        "released on a failed read"
     );
     assert_eq!(
         plane
@@ -259,14 +259,14 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     plane.create_shard("reborn").await;
     let shard = addressed(&plane, "reborn").await;
     assert_eq!(format!("{}/128", shard.spec.shard_address_ipv6), held);
-    let r = shard.spec.shard_address_ipv6_claim_ref.unwrap();
+    let r = shard.spec.shard_address_ipv6_claim_ref.clone().unwrap();
     assert_eq!(r.kind, "IPAllocation");
     assert_ne!(
         r.name, name,
         "the ref names the allocation, not the refused claim"
     );
     assert!(plane.claim_now(&name).is_none(), "no claim is stored");
-    settle().await;
+    settled(&ctl, &shard).await;
     // create (409) + get allocation + update shard, plus the test's own shard create.
     assert_eq!(
         plane.work_request_total(),
@@ -413,7 +413,12 @@ async fn a_claim_made_for_another_shard_is_refused() {
         .delete("twin", &DeleteParams::default())
         .await
         .unwrap();
-    settle().await;
+    let twin = egress_address::ShardKey::new(SHARD_NS, "twin");
+    eventually(10, "the deletion handled", || async {
+        (!ctl.handle.remembers(&twin)).then_some(())
+    })
+    .await;
+    idle(&ctl).await;
     assert!(
         plane
             .claims()
@@ -446,10 +451,15 @@ async fn an_older_ipam_answering_a_duplicate_with_a_bare_500_is_handled() {
         ours.status.unwrap().allocated_cidr
     );
     assert_eq!(
-        shard.spec.shard_address_ipv6_claim_ref.unwrap().kind,
+        shard
+            .spec
+            .shard_address_ipv6_claim_ref
+            .clone()
+            .unwrap()
+            .kind,
         "IPClaim"
     );
-    settle().await;
+    settled(&ctl, &shard).await;
     // create (500) + get claim + update.
     assert_eq!(
         plane.work_request_total(),
@@ -514,10 +524,10 @@ async fn a_label_edit_on_an_addressed_shard_costs_nothing() {
     let plane = Plane::start().await;
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("w").await;
-    addressed(&plane, "w").await;
-    settle().await;
+    let w = addressed(&plane, "w").await;
+    settled(&ctl, &w).await;
     plane.reset_counters();
-    plane
+    let patched = plane
         .shards()
         .patch(
             "w",
@@ -526,7 +536,7 @@ async fn a_label_edit_on_an_addressed_shard_costs_nothing() {
         )
         .await
         .unwrap();
-    settle().await;
+    settled(&ctl, &patched).await;
     let reqs: Vec<_> = plane
         .work_requests()
         .into_iter()

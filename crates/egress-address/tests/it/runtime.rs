@@ -71,8 +71,9 @@ async fn a_failed_renewal_stops_writes_at_once() {
     plane.set_faults(vec![fault("cell", "update", "leases", 500)]);
     lost_leadership(&ctl, "leadership to be dropped").await;
     plane.reset_counters();
-    plane.create_shard("during").await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = plane.create_shard("during").await;
+    // Seen, and left alone: a non-leader queues nothing.
+    settled(&ctl, &during).await;
     assert_unaddressed(&plane, "during");
     assert_eq!(
         plane
@@ -106,8 +107,8 @@ async fn a_lease_taken_by_another_stops_writes_until_it_expires() {
         }
     });
     lost_leadership(&ctl, "leadership to be lost").await;
-    plane.create_shard("held-off").await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held_off = plane.create_shard("held-off").await;
+    settled(&ctl, &held_off).await;
     assert_unaddressed(&plane, "held-off");
     usurper.abort();
     // Once the usurper stops renewing, the lease expires and writes resume.
@@ -188,8 +189,8 @@ async fn no_drift_check_before_one_interval() {
     s.drift_check_interval = Duration::from_secs(3600);
     let ctl = start_controller(&plane, s).await;
     plane.create_shard("calm").await;
-    addressed(&plane, "calm").await;
-    settle().await;
+    let calm = addressed(&plane, "calm").await;
+    settled(&ctl, &calm).await;
     plane.reset_counters();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(plane.work_request_total(), 0);
