@@ -388,21 +388,16 @@ fn fenced_blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
 
 /// The runbook's overlay of step 5 and the components snippet of step 6.
 fn documented_overlay() -> (String, String) {
-    let install = runbook_section("Install");
-    let yaml = fenced_blocks(&install, "yaml");
-    let overlays: Vec<&String> = yaml
-        .iter()
-        .map(|(_, b)| b)
-        .filter(|b| b.contains("kind: Kustomization"))
-        .collect();
-    assert_eq!(overlays.len(), 1, "one documented overlay: {overlays:?}");
-    let components: Vec<&String> = yaml
-        .iter()
-        .map(|(_, b)| b)
-        .filter(|b| b.starts_with("components:"))
-        .collect();
-    assert_eq!(components.len(), 1, "one documented components snippet");
-    (overlays[0].clone(), components[0].clone())
+    let yaml = fenced_blocks(&runbook_section("Install"), "yaml");
+    let only = |what: &str, is: &dyn Fn(&str) -> bool| {
+        let found: Vec<&String> = yaml.iter().map(|(_, b)| b).filter(|b| is(b)).collect();
+        assert_eq!(found.len(), 1, "one documented {what}: {found:?}");
+        found[0].clone()
+    };
+    (
+        only("overlay", &|b| b.contains("kind: Kustomization")),
+        only("components snippet", &|b| b.starts_with("components:")),
+    )
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -1116,25 +1111,10 @@ fn every_alert_names_its_severity_and_a_runbook_section_that_exists() {
     assert_eq!(sections, alerts, "one runbook section per alert, no more");
 }
 
-/// The promtool that `.ci/install-promtool` puts in `.venv` (or `$PROMTOOL`). `None` only outside
-/// CI, where the test then says it skipped; in CI a missing promtool is a failure.
+/// The promtool that `.ci/install-promtool` puts in `.venv` (or `$PROMTOOL`); `None` only
+/// outside CI.
 fn promtool() -> Option<PathBuf> {
-    let candidate = std::env::var_os("PROMTOOL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::root().join(".venv/bin/promtool"));
-    if candidate.is_file() {
-        return Some(candidate);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "promtool not found at {} (run .ci/install-promtool)",
-        candidate.display()
-    );
-    eprintln!(
-        "SKIPPED: no promtool at {} (run .ci/install-promtool)",
-        candidate.display()
-    );
-    None
+    common::installed_tool("PROMTOOL", ".venv/bin/promtool", ".ci/install-promtool")
 }
 
 fn run(cmd: &mut Command) -> (bool, String) {
