@@ -17,19 +17,25 @@ pub fn root() -> PathBuf {
 /// The kubectl 1.37 that `.ci/install-kubectl` puts in `.venv` (or `$KUBECTL`). `None` only
 /// outside CI, where the test then says it skipped; in CI a missing kubectl is a failure.
 pub fn kubectl() -> Option<PathBuf> {
-    let candidate = std::env::var_os("KUBECTL")
+    installed_tool("KUBECTL", ".venv/bin/kubectl", ".ci/install-kubectl")
+}
+
+/// A tool a `.ci/install-*` script installs: at `$env_var`, else at `default` in the repository.
+/// `None` only outside CI, where the test then says it skipped; in CI a missing tool fails.
+pub fn installed_tool(env_var: &str, default: &str, installer: &str) -> Option<PathBuf> {
+    let candidate = std::env::var_os(env_var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".venv/bin/kubectl"));
+        .unwrap_or_else(|| root().join(default));
     if candidate.is_file() {
         return Some(candidate);
     }
     assert!(
         std::env::var_os("CI").is_none(),
-        "kubectl not found at {} (run .ci/install-kubectl)",
+        "{} not found (run {installer})",
         candidate.display()
     );
     eprintln!(
-        "SKIPPED: no kubectl at {} (run .ci/install-kubectl)",
+        "SKIPPED: {} not found (run {installer})",
         candidate.display()
     );
     None
