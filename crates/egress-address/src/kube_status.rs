@@ -102,15 +102,16 @@ pub fn transport_cause(err: &kube::Error) -> Option<&'static str> {
     })
 }
 
+/// Decodes a Status body the way kube does when it answers a request with an error.
+#[cfg(test)]
+pub(crate) fn wire(json: &str) -> kube::Error {
+    let status: kube::core::Status = serde_json::from_str(json).expect("a Status body");
+    kube::Error::Api(Box::new(status))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::Status;
-
-    fn wire(json: &str) -> kube::Error {
-        let status: Status = serde_json::from_str(json).expect("a Status body");
-        kube::Error::Api(Box::new(status))
-    }
 
     #[test]
     fn codes_stand_in_for_missing_reasons() {

@@ -101,12 +101,7 @@ pub fn classify_status(status: &Status) -> IpamReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Decodes a body the way kube does when it answers a request with an error.
-    fn wire(json: &str) -> kube::Error {
-        let status: Status = serde_json::from_str(json).expect("a Status body");
-        kube::Error::Api(Box::new(status))
-    }
+    use crate::kube_status::wire;
 
     #[test]
     fn a_retained_allocation_yields_its_name() {
