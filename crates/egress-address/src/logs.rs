@@ -232,20 +232,22 @@ impl FormatTime for Clock {
 }
 
 /// The `logger` of a line, by the module that logged it: reconcile work is the controller's
-/// logger, startup and shutdown in `main` is `setup`, as in a kubebuilder `main.go`; other
-/// crates are named by their crate.
+/// logger; startup and shutdown (`main`, and the runtime's own lines) are `setup`, as in a
+/// kubebuilder `main.go`; other crates are named by their crate.
 pub fn logger_for(target: &str) -> &str {
-    const NAMED: [(&str, &str); 6] = [
-        ("egress_address_controller", "setup"),
-        ("egress_address::runtime::leader", "leader-election"),
-        ("egress_address::runtime::admin", "admin"),
-        ("egress_address::runtime::events", "events"),
-        ("egress_address::config", "config"),
-        ("egress_address", CONTROLLER_LOGGER),
+    // (module, logger, whether its submodules log under the same name)
+    const NAMED: [(&str, &str, bool); 7] = [
+        ("egress_address_controller", "setup", true),
+        ("egress_address::runtime", "setup", false),
+        ("egress_address::runtime::leader", "leader-election", true),
+        ("egress_address::runtime::admin", "admin", true),
+        ("egress_address::runtime::events", "events", true),
+        ("egress_address::config", "config", true),
+        ("egress_address", CONTROLLER_LOGGER, true),
     ];
-    for (module, logger) in NAMED {
+    for (module, logger, nested) in NAMED {
         if let Some(rest) = target.strip_prefix(module)
-            && (rest.is_empty() || rest.starts_with("::"))
+            && (rest.is_empty() || (nested && rest.starts_with("::")))
         {
             return logger;
         }
@@ -714,6 +716,11 @@ mod tests {
             format!("controller.{}", crate::metrics::CONTROLLER)
         );
         assert_eq!(logger_for("egress_address"), CONTROLLER_LOGGER);
+        assert_eq!(logger_for("egress_address::runtime"), "setup");
+        assert_eq!(
+            logger_for("egress_address::runtime::worker"),
+            CONTROLLER_LOGGER
+        );
         assert_eq!(logger_for("egress_addressx::y"), "egress_addressx");
     }
 }

@@ -24,6 +24,10 @@ pub use workqueue::{QueueLoad, QueueProbe};
 /// Prefix of the controller's own metric names.
 pub const PREFIX: &str = "egress_address";
 
+/// The drift metric's `kind` for a holder that is gone, and for one that holds another address.
+pub const DRIFT_MISSING: &str = "missing";
+pub const DRIFT_MISMATCH: &str = "mismatch";
+
 /// The controller's name in the `controller` label (and the work queue's `name`), as
 /// controller-runtime derives it from the reconciler.
 pub const CONTROLLER: &str = "egressshardaddress";
@@ -410,6 +414,9 @@ impl Metrics {
             .set(1);
         for state in ["addressed", "pending", "refused", "unattributable"] {
             m.shards.get_or_create(&StateLabels { state }).set(0);
+        }
+        for kind in [DRIFT_MISSING, DRIFT_MISMATCH] {
+            let _ = m.drift.get_or_create(&DriftLabels { kind: kind.into() });
         }
         m
     }
