@@ -4,7 +4,7 @@
 //! A build outside a git checkout (a source tarball, an image build that copies no `.git`) says
 //! `unknown` rather than failing. Cargo re-runs this script only when HEAD moves: it watches
 //! `HEAD` and the file of the branch it names (in a worktree both live in git's own directories,
-//! which `git rev-parse --git-path` resolves), or `packed-refs` when the branch is packed.
+//! which `git rev-parse --git-path` resolves), and `packed-refs`.
 //! `EGRESS_ADDRESS_COMMIT` set in the environment wins, for builds that know better.
 
 use std::path::PathBuf;
@@ -47,7 +47,12 @@ fn watch_head() {
     };
     for name in [branch.as_str(), "packed-refs"] {
         if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", name]) {
-            watch(PathBuf::from(path));
+            let path = PathBuf::from(path);
+            // A packed branch gets its own file at its next commit: watch where it will appear.
+            match (path.exists(), path.parent()) {
+                (false, Some(dir)) if name == branch => watch(dir.to_path_buf()),
+                _ => watch(path),
+            }
         }
     }
 }
