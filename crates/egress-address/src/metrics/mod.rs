@@ -614,26 +614,12 @@ impl Metrics {
             .inc();
     }
 
-    pub fn queue_adds(&self) -> u64 {
-        self.runtime
-            .queue_adds
-            .get_or_create(&QueueLabels::default())
-            .get()
-    }
-
     /// A failed key was scheduled again after its backoff.
     pub fn queue_retried(&self) {
         self.runtime
             .queue_retries
             .get_or_create(&QueueLabels::default())
             .inc();
-    }
-
-    pub fn queue_retries(&self) -> u64 {
-        self.runtime
-            .queue_retries
-            .get_or_create(&QueueLabels::default())
-            .get()
     }
 
     /// How long a key waited between becoming pending and being handed out.
@@ -672,13 +658,6 @@ impl Metrics {
             .set(i64::from(held));
     }
 
-    pub fn lease_held(&self, name: &str) -> Option<bool> {
-        let status = self.runtime.leader_status.get(&LeaseLabels {
-            name: name.to_string(),
-        })?;
-        Some(status.get() == 1)
-    }
-
     /// A request to an API server (`host` as `host[:port]`) and its HTTP status, or `None` when
     /// no answer came, which client-go counts as the code `<error>`.
     pub fn rest_request(&self, method: &str, host: &str, status: Option<u16>) {
@@ -690,17 +669,6 @@ impl Metrics {
                 host: host.to_string(),
             })
             .inc();
-    }
-
-    pub fn rest_request_count(&self, method: &str, host: &str, status: Option<u16>) -> u64 {
-        self.runtime
-            .rest_requests
-            .get(&RestLabels {
-                code: status.map_or_else(|| "<error>".to_string(), |c| c.to_string()),
-                method: method.to_string(),
-                host: host.to_string(),
-            })
-            .map_or(0, |c| c.get())
     }
 
     /// The panic also counts as a controller-runtime panic.
