@@ -2,7 +2,11 @@
 # an image that holds nothing else. Built for linux/amd64 and linux/arm64 by cross-compiling on the
 # build machine's own platform, never by emulating the target:
 #
-#   docker buildx build --platform linux/amd64,linux/arm64 -t egress-address-controller:dev .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t egress-address-controller:dev \
+#     --build-arg EGRESS_ADDRESS_COMMIT="$(git rev-parse --short HEAD)" .
+#
+# The build copies no .git, so the commit that --version and egress_address_build_info name comes
+# from the build argument (`unknown` without it).
 #
 # Both base images are pinned by the digest of their multi-platform index, so the builder stage
 # resolves to the build machine's platform and the final stage to each target's. The digests were
@@ -22,6 +26,7 @@ RUN build-static-controller setup "$TARGETARCH"
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
+ARG EGRESS_ADDRESS_COMMIT=unknown
 RUN build-static-controller build "$TARGETARCH" release /out
 
 FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab

@@ -10,7 +10,7 @@
 //!    ↓
 //! shard     (key, decision, per-shard memory)   ipam (client, claim path, naming, addresses)
 //!    ↓
-//! config, metrics, kube_status, error                                   leaves
+//! config, logs, metrics, kube_status, error                             leaves
 //! ```
 //!
 //! What the controller does, its flags, metrics, events and logs are in docs/architecture.md and
@@ -37,6 +37,7 @@ pub mod config;
 mod error;
 pub mod ipam;
 pub mod kube_status;
+pub mod logs;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
@@ -48,6 +49,12 @@ pub use ipam::ipam_client;
 pub use metrics::Metrics;
 pub use runtime::{Controller, Handle, run};
 pub use shard::ShardKey;
+
+/// This build's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The git commit this build was made from (`unknown` outside a checkout); see build.rs.
+pub const COMMIT: &str = env!("EGRESS_ADDRESS_COMMIT");
 
 /// Locks a mutex, and keeps serving after a panic elsewhere poisoned it: every structure behind
 /// these locks stays consistent between statements.

@@ -4,20 +4,23 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use clap::Parser;
-use egress_address::config::args::{Args, LogFormat};
+use egress_address::config::args::{Args, Tool};
+use egress_address::config::connection::RequestObserver;
 use egress_address::config::kubeconfig;
 use egress_address::runtime::admin;
-use egress_address::{Controller, Metrics, ipam};
+use egress_address::{Controller, Metrics, ipam, logs};
 
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    init_tracing(&args);
+    let args = Args::parse_go_style();
+    if let Some(Tool::Completions { shell }) = args.command {
+        Args::completions(shell, &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    logs::init(&args.log.options());
     // A shard's address is write-once: a misconfigured process must not reach even one shard.
     let settings = match args.settings() {
         Ok(settings) => settings,
@@ -42,21 +45,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(args: &Args) {
-    let filter = EnvFilter::try_new(&args.log.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    // A log line that cannot be written is lost, nothing more: the subscriber's own report of
-    // the failure goes to stderr too, and with stderr a closed pipe that report panics the task
-    // that logged (a reconcile, or the shutdown handler).
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false);
-    match args.log.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Plain => builder.init(),
-    }
-}
-
 async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<()> {
     let metrics_addr = admin::parse_bind_address(&args.admin.metrics_bind_address)
         .map_err(anyhow::Error::msg)
@@ -65,21 +53,32 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
         .map_err(anyhow::Error::msg)
         .context("--health-probe-bind-address")?;
 
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let observe: RequestObserver = {
+        let metrics = metrics.clone();
+        Arc::new(move |method, host, status| {
+            metrics.rest_request(method.as_str(), host, status.map(|s| s.as_u16()))
+        })
+    };
+
     let transport = args.planes.transport();
-    let (cell, cell_follower) =
-        kubeconfig::following_cell_client(args.planes.kubeconfig.as_deref(), transport)
-            .await
-            .context("unable to start manager")?;
+    let (cell, cell_follower) = kubeconfig::following_cell_client(
+        args.planes.kubeconfig.as_deref(),
+        transport,
+        Some(observe.clone()),
+    )
+    .await
+    .context("unable to start manager")?;
     let (ipam, ipam_follower) = ipam::following_ipam_client(
         args.planes.ipam_kubeconfig.as_ref(),
         &settings.platform_project,
         transport,
+        Some(observe),
     )
     .await
     .context("unable to load the IPAM kubeconfig")?;
 
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
     let controller = Controller::new(settings, cell, ipam, metrics)?;
     let router = admin::router(controller.handle(), Arc::new(registry));
 

@@ -1,16 +1,33 @@
-//! Command-line flags, each with an environment fallback, as the reference Deployment passes them.
+//! Command-line flags, each with an environment fallback, as the reference Deployment passes them;
+//! Go's flag syntax and controller-runtime's zap flags are accepted too (see [`super::goflags`]).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args as ClapArgs, Parser, ValueEnum};
+use clap::{ArgAction, Args as ClapArgs, CommandFactory, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 use super::duration::parse_duration;
+use super::goflags;
 use super::settings::{Backoff, LeaderElection, Settings, default_identity};
+pub use crate::logs::LogFormat;
+use crate::logs::{LogOptions, TimeEncoding, ZapLevel, parse_stacktrace_level};
+
+/// What `--version` says: the version and the commit it was built from.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("EGRESS_ADDRESS_COMMIT"),
+    ")"
+);
+
+/// The binary's name, in help, version and completion scripts.
+pub const BINARY: &str = "egress-address-controller";
 
 /// Gives every EgressShard of this cell its public IPv6 address, claimed from Milo IPAM.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "egress-address-controller", version)]
+#[command(name = BINARY, version = VERSION_LINE)]
 pub struct Args {
     #[command(flatten)]
     pub claim: ClaimArgs,
@@ -24,6 +41,19 @@ pub struct Args {
     pub tuning: TuningArgs,
     #[command(flatten)]
     pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Option<Tool>,
+}
+
+/// What the binary does instead of running the controller.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Tool {
+    /// Prints a completion script for a shell (e.g. `source <(egress-address-controller
+    /// completions bash)`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// What is claimed, and where.
@@ -160,22 +190,107 @@ pub struct TuningArgs {
     pub retry_burst: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Plain,
-    Json,
-}
-
+/// Log output. `--log-format` and `--log-level` (or their variables) win over the zap flags,
+/// which a Deployment written for the Go controller may pass.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct LogArgs {
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
-    pub log_format: LogFormat,
-    /// A filter in RUST_LOG syntax, e.g. `info` or `egress_address=debug,kube=warn`.
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
-    pub log_level: String,
+    /// `plain` or `json` [default: plain, or as --zap-encoder says]
+    #[arg(long, env = "LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// A filter in RUST_LOG syntax, e.g. `info` or `egress_address=debug,kube=warn` [default:
+    /// info, or as --zap-log-level or --zap-devel say]
+    #[arg(long, env = "RUST_LOG", value_parser = parse_filter)]
+    pub log_level: Option<String>,
+    /// controller-runtime's development defaults: the console (plain) encoder and debug level,
+    /// unless the flags above or below say otherwise.
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub zap_devel: bool,
+    /// `json` or `console` (the plain format).
+    #[arg(long, value_parser = parse_zap_encoder)]
+    pub zap_encoder: Option<LogFormat>,
+    /// `debug`, `info`, `error`, or a verbosity above 0 (1 is debug, 2 and more are trace).
+    #[arg(long)]
+    pub zap_log_level: Option<ZapLevel>,
+    /// Lines at this level or more severe carry a `stacktrace` field (JSON output): `info`,
+    /// `warn`, `error`, or `panic` (none). [default: none]
+    #[arg(long, value_parser = parse_stacktrace)]
+    pub zap_stacktrace_level: Option<StacktraceLevel>,
+    /// How `ts` is written: `epoch` (seconds, a float), `millis`, `nano`, `iso8601`, `rfc3339`
+    /// or `rfc3339nano`. [default: epoch]
+    #[arg(long)]
+    pub zap_time_encoding: Option<TimeEncoding>,
+}
+
+/// `--zap-stacktrace-level`; `None` inside for `panic`, which no line reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StacktraceLevel(pub Option<tracing::Level>);
+
+fn parse_stacktrace(s: &str) -> Result<StacktraceLevel, String> {
+    parse_stacktrace_level(s).map(StacktraceLevel)
+}
+
+fn parse_zap_encoder(s: &str) -> Result<LogFormat, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "json" => Ok(LogFormat::Json),
+        "console" => Ok(LogFormat::Plain),
+        _ => Err(format!("invalid encoder {s:?} (json or console)")),
+    }
+}
+
+fn parse_filter(s: &str) -> Result<String, String> {
+    EnvFilter::try_new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("not a RUST_LOG filter: {e}"))
+}
+
+impl LogArgs {
+    /// The log output these flags ask for.
+    pub fn options(&self) -> LogOptions {
+        let level = self
+            .zap_log_level
+            .or(self.zap_devel.then_some(ZapLevel::Debug));
+        LogOptions {
+            format: self
+                .log_format
+                .or(self.zap_encoder)
+                .unwrap_or(LogFormat::Plain),
+            filter: self
+                .log_level
+                .clone()
+                .unwrap_or_else(|| level.map_or("info", ZapLevel::directive).to_string()),
+            time: self.zap_time_encoding.unwrap_or_default(),
+            stacktrace: self.zap_stacktrace_level.and_then(|s| s.0),
+        }
+    }
 }
 
 impl Args {
+    /// Parses the process's arguments, Go's flag syntax included.
+    pub fn parse_go_style() -> Self {
+        Self::parse_from(goflags::normalize(std::env::args_os(), &Self::command()))
+    }
+
+    /// [`parse_go_style`](Self::parse_go_style) of given arguments (the program name first).
+    pub fn try_parse_go_style<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        Self::try_parse_from(goflags::normalize(args, &Self::command()))
+    }
+
+    /// Writes the completion script for `shell`.
+    pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+        clap_complete::generate(shell, &mut Self::command(), BINARY, out);
+    }
+
     /// The reference's startup refusals, in its order, then the claim namespace. An empty value
     /// counts as missing: the Deployment sets `LOCATION=""` on purpose so that a pod without an
     /// overlay refuses to start.
@@ -250,10 +365,14 @@ impl Args {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Args {
+    fn try_parse(args: &[&str]) -> Result<Args, clap::Error> {
         let mut full = vec!["egress-address-controller"];
         full.extend_from_slice(args);
-        Args::try_parse_from(full).expect("flags parse")
+        Args::try_parse_go_style(full)
+    }
+
+    fn parse(args: &[&str]) -> Args {
+        try_parse(args).expect("flags parse")
     }
 
     const ALL: [&str; 4] = [
@@ -343,5 +462,191 @@ mod tests {
         let le = s.leader_election.unwrap();
         assert_eq!(le.lease_duration, Duration::from_secs(3));
         assert_eq!(le.retry_period, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn go_flag_syntax_reaches_the_same_settings() {
+        let forms: [&[&str]; 4] = [
+            &ALL,
+            &[
+                "-address-class-ipv6=c",
+                "-location=dfw",
+                "-platform-project=p",
+                "-ipam-kubeconfig=/k",
+            ],
+            &[
+                "-address-class-ipv6",
+                "c",
+                "-location",
+                "dfw",
+                "-platform-project",
+                "p",
+                "-ipam-kubeconfig",
+                "/k",
+            ],
+            &[
+                "--address-class-ipv6",
+                "c",
+                "--location",
+                "dfw",
+                "-platform-project=p",
+                "--ipam-kubeconfig",
+                "/k",
+            ],
+        ];
+        for form in forms {
+            let s = parse(form).settings().unwrap();
+            assert_eq!(
+                (
+                    s.address_class_ipv6.as_str(),
+                    s.location.as_str(),
+                    s.platform_project.as_str()
+                ),
+                ("c", "dfw", "p"),
+                "{form:?}"
+            );
+        }
+        let mut dashed = ALL.to_vec();
+        dashed.extend(["-claim-namespace", "-odd"]);
+        assert_eq!(parse(&dashed).claim.claim_namespace, "-odd");
+        for (flag, elected) in [
+            ("-leader-elect", true),
+            ("-leader-elect=false", false),
+            ("--leader-elect=true", true),
+            ("-leader-elect=false", false),
+        ] {
+            let mut args = ALL.to_vec();
+            args.push(flag);
+            assert_eq!(parse(&args).leader.leader_elect, elected, "{flag}");
+        }
+        let mut duration = ALL.to_vec();
+        duration.extend([
+            "-leader-election-retry-period",
+            "750ms",
+            "-concurrency",
+            "2",
+        ]);
+        let s = parse(&duration).settings().unwrap();
+        assert_eq!(s.concurrency, 2);
+        assert_eq!(
+            s.leader_election.unwrap().retry_period,
+            Duration::from_millis(750)
+        );
+    }
+
+    #[test]
+    fn help_and_version_keep_their_short_flags_and_the_version_names_the_commit() {
+        use clap::error::ErrorKind;
+        for help in ["-h", "--help", "-help"] {
+            assert_eq!(
+                try_parse(&[help]).unwrap_err().kind(),
+                ErrorKind::DisplayHelp,
+                "{help}"
+            );
+        }
+        for version in ["-V", "--version", "-version"] {
+            let err = try_parse(&[version]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::DisplayVersion, "{version}");
+            assert_eq!(
+                err.to_string().trim(),
+                format!(
+                    "egress-address-controller {} (commit {})",
+                    crate::VERSION,
+                    crate::COMMIT
+                )
+            );
+        }
+        assert!(try_parse(&["-nonsense=1"]).is_err());
+    }
+
+    #[test]
+    fn zap_flags_choose_the_log_output() {
+        let options = |args: &[&str]| parse(args).log.options();
+        let defaults = options(&[]);
+        assert_eq!(defaults, LogOptions::default());
+        assert_eq!(defaults.filter, "info");
+
+        for (args, format) in [
+            (&["-zap-encoder=json"][..], LogFormat::Json),
+            (&["--zap-encoder", "console"], LogFormat::Plain),
+            (&["-zap-encoder", "JSON"], LogFormat::Json),
+            (&["-zap-devel"], LogFormat::Plain),
+            (
+                &["--log-format=json", "-zap-encoder=console"],
+                LogFormat::Json,
+            ),
+        ] {
+            assert_eq!(options(args).format, format, "{args:?}");
+        }
+        for (args, filter) in [
+            (&["-zap-log-level=debug"][..], "debug"),
+            (&["-zap-log-level", "error"], "error"),
+            (&["--zap-log-level=info"], "info"),
+            (&["-zap-log-level", "1"], "debug"),
+            (&["-zap-log-level=4"], "trace"),
+            (&["-zap-devel"], "debug"),
+            (&["-zap-devel=true"], "debug"),
+            (&["-zap-devel=false"], "info"),
+            (&["-zap-devel", "-zap-log-level=error"], "error"),
+            (
+                &["--log-level=egress_address=debug", "-zap-log-level=error"],
+                "egress_address=debug",
+            ),
+        ] {
+            assert_eq!(options(args).filter, filter, "{args:?}");
+        }
+        for (args, time) in [
+            (&["-zap-time-encoding=epoch"][..], TimeEncoding::Epoch),
+            (&["-zap-time-encoding", "millis"], TimeEncoding::Millis),
+            (&["-zap-time-encoding=nano"], TimeEncoding::Nano),
+            (&["-zap-time-encoding=iso8601"], TimeEncoding::Iso8601),
+            (&["--zap-time-encoding", "rfc3339"], TimeEncoding::Rfc3339),
+            (
+                &["-zap-time-encoding=rfc3339nano"],
+                TimeEncoding::Rfc3339Nano,
+            ),
+        ] {
+            assert_eq!(options(args).time, time, "{args:?}");
+        }
+        for (args, level) in [
+            (
+                &["-zap-stacktrace-level=error"][..],
+                Some(tracing::Level::ERROR),
+            ),
+            (
+                &["-zap-stacktrace-level", "info"],
+                Some(tracing::Level::INFO),
+            ),
+            (&["-zap-stacktrace-level=panic"], None),
+        ] {
+            assert_eq!(options(args).stacktrace, level, "{args:?}");
+        }
+        for bad in [
+            &["-zap-log-level=0"][..],
+            &["-zap-log-level=loud"],
+            &["-zap-encoder=xml"],
+            &["-zap-time-encoding=unix"],
+            &["-zap-stacktrace-level=debug"],
+            &["--log-level=[broken"],
+        ] {
+            assert!(try_parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn completions_are_a_subcommand_apart_from_the_flags() {
+        let a = parse(&["completions", "bash"]);
+        assert!(matches!(
+            a.command,
+            Some(Tool::Completions {
+                shell: clap_complete::Shell::Bash
+            })
+        ));
+        assert!(parse(&ALL).command.is_none());
+        let mut script = Vec::new();
+        Args::completions(clap_complete::Shell::Bash, &mut script);
+        let script = String::from_utf8(script).unwrap();
+        assert!(script.contains("--location"), "{script}");
+        assert!(script.contains("--zap-log-level"), "{script}");
     }
 }

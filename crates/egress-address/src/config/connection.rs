@@ -8,6 +8,9 @@
 //!
 //! Every answer except a watch stream is read up to a limit, so one huge answer cannot take the
 //! process past its memory limit; past it the request fails, naming the limit.
+//!
+//! Every request of both planes passes here, so this is where they are counted: an optional
+//! [`RequestObserver`] hears of each one when its answer (or its failure) arrives.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -16,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use kube::Client;
@@ -38,7 +41,37 @@ pub const MAX_CELL_ANSWER: usize = 32 << 20;
 pub const KUBECONFIG_POLL: Duration = Duration::from_secs(5);
 
 /// Builds a client from a kubeconfig path (the plane decides how).
-pub type Build = Arc<dyn Fn(PathBuf) -> BoxFuture<'static, Result<Client, Error>> + Send + Sync>;
+pub type Build = Arc<dyn Fn(PathBuf) -> BoxFuture<'static, Result<Endpoint, Error>> + Send + Sync>;
+
+/// Hears of every request: its method, the server's `host[:port]`, and the answer's status, or
+/// `None` when no answer came (refused, timed out, cut).
+pub type RequestObserver = Arc<dyn Fn(&Method, &str, Option<StatusCode>) + Send + Sync>;
+
+/// A client and the server it talks to.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub client: Client,
+    /// `host[:port]` of the server, as the kubeconfig names it (never its credentials).
+    pub host: String,
+}
+
+impl Endpoint {
+    pub fn new(client: Client, server: &Uri) -> Self {
+        Self {
+            client,
+            host: host_of(server),
+        }
+    }
+}
+
+/// `host[:port]` of a URL, leaving out any user information it carries.
+pub fn host_of(server: &Uri) -> String {
+    match (server.host(), server.port_u16()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_string(),
+        (None, _) => String::new(),
+    }
+}
 
 /// The answer to a request, bounded.
 #[derive(Debug, thiserror::Error)]
@@ -49,9 +82,10 @@ pub struct AnswerTooLarge {
 
 #[derive(Clone)]
 struct Swap {
-    current: Arc<RwLock<Client>>,
+    current: Arc<RwLock<Endpoint>>,
     refused: Arc<Notify>,
     limit: usize,
+    observe: Option<RequestObserver>,
 }
 
 impl tower::Service<Request<Body>> for Swap {
@@ -64,15 +98,21 @@ impl tower::Service<Request<Body>> for Swap {
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let client = self
+        let Endpoint { client, host } = self
             .current
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let refused = self.refused.clone();
         let limit = (!is_watch(&req)).then_some(self.limit);
+        let observe = self.observe.clone();
+        let method = req.method().clone();
         Box::pin(async move {
-            let res = client.send(req).await.map_err(BoxError::from)?;
+            let sent = client.send(req).await;
+            if let Some(observe) = &observe {
+                observe(&method, &host, sent.as_ref().ok().map(|res| res.status()));
+            }
+            let res = sent.map_err(BoxError::from)?;
             if res.status() == StatusCode::UNAUTHORIZED {
                 refused.notify_one();
             }
@@ -107,9 +147,10 @@ pub async fn following(
     path: &Path,
     limit: usize,
     build: Build,
+    observe: Option<RequestObserver>,
 ) -> Result<(Client, Follower), Error> {
     let first = build(path.to_path_buf()).await?;
-    let namespace = first.default_namespace().to_string();
+    let namespace = first.client.default_namespace().to_string();
     let current = Arc::new(RwLock::new(first));
     let refused = Arc::new(Notify::new());
     let client = Client::new(
@@ -117,6 +158,7 @@ pub async fn following(
             current: current.clone(),
             refused: refused.clone(),
             limit,
+            observe,
         },
         namespace,
     );
@@ -132,13 +174,18 @@ pub async fn following(
 }
 
 /// A client that never changes, with bounded answers.
-pub fn bounded_client(client: Client, limit: usize) -> Client {
-    let namespace = client.default_namespace().to_string();
+pub fn bounded_client(
+    endpoint: Endpoint,
+    limit: usize,
+    observe: Option<RequestObserver>,
+) -> Client {
+    let namespace = endpoint.client.default_namespace().to_string();
     Client::new(
         Swap {
-            current: Arc::new(RwLock::new(client)),
+            current: Arc::new(RwLock::new(endpoint)),
             refused: Arc::new(Notify::new()),
             limit,
+            observe,
         },
         namespace,
     )
@@ -151,7 +198,7 @@ fn fingerprint(path: &Path) -> Option<[u8; 32]> {
 /// Re-reads a kubeconfig file when it changes, or when the server refused the credential.
 pub struct Follower {
     path: PathBuf,
-    current: Arc<RwLock<Client>>,
+    current: Arc<RwLock<Endpoint>>,
     refused: Arc<Notify>,
     build: Build,
     loaded: Option<[u8; 32]>,
@@ -178,8 +225,8 @@ impl Follower {
                 continue;
             }
             match (self.build)(self.path.clone()).await {
-                Ok(client) => {
-                    *self.current.write().unwrap_or_else(|e| e.into_inner()) = client;
+                Ok(endpoint) => {
+                    *self.current.write().unwrap_or_else(|e| e.into_inner()) = endpoint;
                     self.loaded = now;
                     failed = None;
                     info!(path = %self.path.display(), "the kubeconfig changed; new requests use it");
@@ -208,6 +255,68 @@ mod tests {
         )));
         assert!(!is_watch(&req("/apis/x/v1/things?limit=500")));
         assert!(!is_watch(&req("/apis/x/v1/things/watcher")));
+    }
+
+    #[test]
+    fn a_host_is_named_without_credentials_or_path() {
+        let host = |u: &str| host_of(&u.parse().unwrap());
+        assert_eq!(host("https://10.0.0.1:6443"), "10.0.0.1:6443");
+        assert_eq!(
+            host("https://user:secret@milo.example/apis/x"),
+            "milo.example"
+        );
+        assert_eq!(host("http://[::1]:8080/"), "[::1]:8080");
+    }
+
+    #[tokio::test]
+    async fn every_request_is_observed_with_its_status_or_as_unanswered() {
+        let server = tower::service_fn(|req: Request<Body>| async move {
+            if req.uri().path() == "/unreachable" {
+                Err::<Response<Body>, BoxError>("connection refused".into())
+            } else {
+                Ok(Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Body::empty())
+                    .unwrap())
+            }
+        });
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let observe: RequestObserver = {
+            let seen = seen.clone();
+            Arc::new(move |method, host, status| {
+                seen.lock().unwrap().push((
+                    method.to_string(),
+                    host.to_string(),
+                    status.map(|s| s.as_u16()),
+                ));
+            })
+        };
+        let endpoint = Endpoint {
+            client: Client::new(server, "default"),
+            host: "cell.example:6443".into(),
+        };
+        let client = bounded_client(endpoint, 1024, Some(observe));
+        let req = |method: Method, path: &str| {
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .unwrap()
+        };
+        let answered = client.send(req(Method::DELETE, "/apis/x")).await.unwrap();
+        assert_eq!(answered.status(), StatusCode::NOT_FOUND);
+        assert!(client.send(req(Method::GET, "/unreachable")).await.is_err());
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                (
+                    "DELETE".to_string(),
+                    "cell.example:6443".to_string(),
+                    Some(404)
+                ),
+                ("GET".to_string(), "cell.example:6443".to_string(), None),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tracing::warn;
 
-use super::connection::{self, Follower, MAX_CELL_ANSWER};
+use super::connection::{self, Endpoint, Follower, MAX_CELL_ANSWER, RequestObserver};
 use crate::Error;
 
 /// Keys whose values are credentials.
@@ -99,10 +99,17 @@ fn check_transport(config: &Config, transport: Transport) -> Result<(), String> 
 
 /// A client from a loaded config; errors name the file the config came from.
 pub fn client(config: Config, path: &Path) -> Result<Client, Error> {
-    Client::try_from(config).map_err(|e| Error::Kubeconfig {
+    Ok(endpoint(config, path)?.client)
+}
+
+/// [`client`], with the server it talks to.
+pub fn endpoint(config: Config, path: &Path) -> Result<Endpoint, Error> {
+    let server = config.cluster_url.clone();
+    let client = Client::try_from(config).map_err(|e| Error::Kubeconfig {
         path: path.display().to_string(),
         message: e.to_string(),
-    })
+    })?;
+    Ok(Endpoint::new(client, &server))
 }
 
 /// The cell's client: from `path` when given (a single file), else the in-cluster config or
@@ -120,18 +127,26 @@ fn single_file(path: Option<&Path>) -> Option<&Path> {
 }
 
 async fn inferred_cell_client() -> Result<Client, Error> {
+    Ok(inferred_cell_endpoint().await?.client)
+}
+
+async fn inferred_cell_endpoint() -> Result<Endpoint, Error> {
     let config = Config::infer()
         .await
         .map_err(|e| Error::CellConfig(format!("no kubeconfig given and none found: {e}")))?;
-    Client::try_from(config).map_err(|e| Error::CellConfig(e.to_string()))
+    let server = config.cluster_url.clone();
+    let client = Client::try_from(config).map_err(|e| Error::CellConfig(e.to_string()))?;
+    Ok(Endpoint::new(client, &server))
 }
 
 /// The cell's client as the controller runs it: a kubeconfig file is followed (a rotated
 /// credential is picked up without a restart; in-cluster, kube re-reads the service account
-/// token itself), and answers other than watches are bounded by [`MAX_CELL_ANSWER`].
+/// token itself), and answers other than watches are bounded by [`MAX_CELL_ANSWER`]. `observe`
+/// hears of every request.
 pub async fn following_cell_client(
     path: Option<&Path>,
     transport: Transport,
+    observe: Option<RequestObserver>,
 ) -> Result<(Client, Option<Follower>), Error> {
     match single_file(path) {
         Some(path) => {
@@ -139,14 +154,15 @@ pub async fn following_cell_client(
                 path,
                 MAX_CELL_ANSWER,
                 Arc::new(move |path| {
-                    Box::pin(async move { client(load_with(&path, transport).await?, &path) })
+                    Box::pin(async move { endpoint(load_with(&path, transport).await?, &path) })
                 }),
+                observe,
             )
             .await?;
             Ok((client, Some(follower)))
         }
         None => Ok((
-            connection::bounded_client(inferred_cell_client().await?, MAX_CELL_ANSWER),
+            connection::bounded_client(inferred_cell_endpoint().await?, MAX_CELL_ANSWER, observe),
             None,
         )),
     }

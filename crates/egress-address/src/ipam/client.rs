@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::breaker::{Admit, Breaker};
 use crate::Error;
-use crate::config::connection::{self, Follower, MAX_IPAM_ANSWER};
+use crate::config::connection::{self, Endpoint, Follower, MAX_IPAM_ANSWER, RequestObserver};
 use crate::config::kubeconfig::{self, Transport};
 use crate::kube_status::{
     is_conflict, is_not_found, is_unauthorized, status_code, transport_cause,
@@ -53,6 +53,17 @@ pub async fn ipam_client_with(
     platform_project: &str,
     transport: Transport,
 ) -> Result<Client, Error> {
+    Ok(ipam_endpoint(kubeconfig_path, platform_project, transport)
+        .await?
+        .client)
+}
+
+/// [`ipam_client_with`], with the server it talks to.
+async fn ipam_endpoint(
+    kubeconfig_path: &Path,
+    platform_project: &str,
+    transport: Transport,
+) -> Result<Endpoint, Error> {
     if platform_project.is_empty() {
         return Err(Error::Config(
             "the project serving the claims is required".into(),
@@ -63,15 +74,17 @@ pub async fn ipam_client_with(
     // The claim path decides for itself what to retry; a silent client retry of a create would
     // hide how many requests a claim really cost.
     config.default_retry = false;
-    kubeconfig::client(config, kubeconfig_path)
+    kubeconfig::endpoint(config, kubeconfig_path)
 }
 
 /// An IPAM client that follows its kubeconfig file (a rotated credential is picked up without a
 /// restart) and reads answers of at most [`MAX_IPAM_ANSWER`] bytes; run the follower beside it.
+/// `observe` hears of every request.
 pub async fn following_ipam_client(
     kubeconfig_path: &Path,
     platform_project: &str,
     transport: Transport,
+    observe: Option<RequestObserver>,
 ) -> Result<(Client, Follower), Error> {
     let project = platform_project.to_string();
     connection::following(
@@ -79,8 +92,9 @@ pub async fn following_ipam_client(
         MAX_IPAM_ANSWER,
         Arc::new(move |path| {
             let project = project.clone();
-            Box::pin(async move { ipam_client_with(&path, &project, transport).await })
+            Box::pin(async move { ipam_endpoint(&path, &project, transport).await })
         }),
+        observe,
     )
     .await
 }

@@ -14,9 +14,9 @@ use crate::ipam::holding::HolderKind;
 use crate::kube_status::is_not_found;
 
 /// The drift metric's `kind` label for a holder that is gone.
-pub const MISSING: &str = "missing";
+pub const MISSING: &str = crate::metrics::DRIFT_MISSING;
 /// The drift metric's `kind` label for a holder that holds another address.
-pub const MISMATCH: &str = "mismatch";
+pub const MISMATCH: &str = crate::metrics::DRIFT_MISMATCH;
 
 /// What one check found.
 #[derive(Debug, Clone, PartialEq)]

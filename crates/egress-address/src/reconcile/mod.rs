@@ -16,12 +16,12 @@ use egress_api::shard::EgressShard;
 use kube::api::PostParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
 use crate::Error;
 use crate::config::Settings;
 use crate::ipam::Ipam;
-use crate::kube_status::{is_conflict, is_not_found, is_unauthorized, transport_cause};
+use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
 use crate::metrics::Metrics;
 use crate::shard::decide::{Decision, decide, mark_served};
 use crate::shard::{ShardKey, ShardMemory, ShardState};
@@ -132,16 +132,11 @@ pub async fn reconcile(ctx: &Context, key: &ShardKey) -> Report {
             (Next::WaitIpam, Some(err))
         }
         Err(err) => {
+            // The runtime logs every failed pass as "Reconciler error"; these say more.
             if err.kube_error().is_some_and(is_conflict) {
                 debug!(shard = %key, %err, "the shard changed underneath; retrying from the cache");
             } else if err.kube_error().is_some_and(is_unauthorized) {
                 error!(shard = %key, %err, "the credential was refused; nothing is written until it is accepted");
-            } else {
-                let cause = err
-                    .kube_error()
-                    .and_then(transport_cause)
-                    .unwrap_or("answered");
-                warn!(shard = %key, kind = err.metric_label(), cause, %err, "reconcile failed; retrying");
             }
             (Next::Retry, Some(err))
         }

@@ -1,12 +1,16 @@
 //! The admin HTTP servers: `/live`, `/ready` and `/metrics` (plus the reference's `/healthz` and
 //! `/readyz`, which its Deployment probes), served on both the probe and the metrics address.
+//!
+//! `/metrics` speaks OpenMetrics to a scraper that asks for it (Prometheus does), and the
+//! Prometheus text format to everyone else, as client_golang's handler does: `curl` and
+//! `promtool check metrics` read the latter.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
@@ -14,10 +18,8 @@ use tokio::net::TcpListener;
 
 use super::Handle;
 use crate::Error;
-use crate::metrics::encode;
-
-/// The content type of the OpenMetrics text format.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use crate::metrics::{OPENMETRICS, PROMETHEUS_TEXT};
+use crate::metrics::{encode, encode_prometheus_text};
 
 #[derive(Clone)]
 struct AdminState {
@@ -55,11 +57,41 @@ async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, OPENMETRICS)],
-        encode(&state.registry),
-    )
+async fn metrics(State(state): State<AdminState>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if wants_openmetrics(accept) {
+        (
+            [(header::CONTENT_TYPE, OPENMETRICS)],
+            encode(&state.registry),
+        )
+    } else {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            encode_prometheus_text(&state.registry),
+        )
+    }
+}
+
+/// Whether an `Accept` header prefers OpenMetrics to the Prometheus text format.
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let (mut openmetrics, mut text) = (0.0_f64, 0.0_f64);
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|q| q.parse::<f64>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+            "text/plain" => text = text.max(q),
+            _ => {}
+        }
+    }
+    openmetrics > 0.0 && openmetrics >= text
 }
 
 /// `:8080` → every interface on 8080 (the Go flag convention); `0` → off.
@@ -122,5 +154,21 @@ mod tests {
         );
         assert_eq!(parse_bind_address("0").unwrap(), None);
         assert!(parse_bind_address("nonsense").is_err());
+    }
+
+    #[test]
+    fn openmetrics_goes_to_whoever_prefers_it() {
+        // Prometheus's own scrape header.
+        assert!(wants_openmetrics(
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        ));
+        assert!(wants_openmetrics("application/openmetrics-text"));
+        assert!(!wants_openmetrics(""));
+        assert!(!wants_openmetrics("*/*"));
+        assert!(!wants_openmetrics("text/plain;version=0.0.4"));
+        assert!(!wants_openmetrics(
+            "text/plain;q=0.9, application/openmetrics-text;q=0.5"
+        ));
+        assert!(!wants_openmetrics("application/openmetrics-text;q=0"));
     }
 }

@@ -158,6 +158,8 @@ impl Elector {
     /// Runs until `stop`, then gives the lease up so a successor need not wait for it to expire.
     pub async fn run(mut self, stop: CancellationToken) {
         let mut leading = false;
+        // A standby reports 0 from the start: `sum(...) != 1` across replicas stays meaningful.
+        self.metrics.set_lease_held(&self.config.lease_name, false);
         loop {
             let started = Instant::now();
             let attempt =
@@ -190,14 +192,14 @@ impl Elector {
                     leading = false;
                 }
             }
-            self.metrics.set_leader(leading && self.token.is_leader());
+            self.report(leading && self.token.is_leader());
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(self.config.retry_period) => {}
             }
         }
         self.token.revoke();
-        self.metrics.set_leader(false);
+        self.report(false);
         if leading {
             match tokio::time::timeout(self.config.retry_period, self.release()).await {
                 Ok(Ok(())) => info!(lease = %self.config.lease_name, "released the lease"),
@@ -209,6 +211,12 @@ impl Elector {
                 }
             }
         }
+    }
+
+    fn report(&self, leading: bool) {
+        self.metrics.set_leader(leading);
+        self.metrics
+            .set_lease_held(&self.config.lease_name, leading);
     }
 
     fn lease_error(&self, source: kube::Error) -> Error {

@@ -30,13 +30,13 @@ use crate::config::Settings;
 use crate::ipam::Ipam;
 use crate::ipam::breaker::Breaker;
 use crate::kube_status::{is_unauthorized, transport_cause};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, QueueLoad};
 use crate::reconcile::Context;
 use crate::shard::{ShardKey, ShardMemory};
 use activity::Activity;
 use events::Notifier;
 use leader::{Elector, LeaderToken};
-use queue::WorkQueue;
+use queue::{QueueEvents, WorkQueue};
 use readiness::Readiness;
 use watch::Watch;
 use worker::Workers;
@@ -46,6 +46,27 @@ const EVENT_FLUSH_GRACE: Duration = Duration::from_secs(2);
 
 /// The namespace whose UID identifies the cell when no identity is given.
 pub const CELL_ID_NAMESPACE: &str = "kube-system";
+
+/// The work queue's reports, as client-go's work queue metrics.
+struct QueueMetrics(Metrics);
+
+impl QueueEvents for QueueMetrics {
+    fn added(&self) {
+        self.0.queue_added();
+    }
+
+    fn retried(&self) {
+        self.0.queue_retried();
+    }
+
+    fn waited(&self, pending_for: Duration) {
+        self.0.queue_waited(pending_for);
+    }
+
+    fn worked(&self, took: Duration) {
+        self.0.queue_worked(took);
+    }
+}
 
 /// A view of a running controller, for probes, tests and tools.
 #[derive(Clone)]
@@ -195,11 +216,29 @@ impl Controller {
                 return Ok(());
             }
         };
-        info!(location = %settings.location, cell = %cell_id, "starting egress address controller");
+        info!(location = %settings.location, cell = %cell_id, version = crate::VERSION, commit = crate::COMMIT, "starting egress address controller");
         metrics.set_leader(leader.is_leader());
+        metrics.set_max_concurrent_reconciles(settings.concurrency);
 
         let (store, writer) = reflector::store::<EgressShard>();
-        let queue = WorkQueue::<ShardKey>::start(activity.clone());
+        let queue = WorkQueue::<ShardKey>::start_observed(
+            activity.clone(),
+            Arc::new(QueueMetrics(metrics.clone())),
+        );
+        metrics.watch_queue({
+            // Weak: the registry outlives a controller, and must not keep its queue alive.
+            let queue = Arc::downgrade(&queue);
+            Box::new(move || {
+                queue.upgrade().map_or_else(QueueLoad::default, |q| {
+                    let load = q.load();
+                    QueueLoad {
+                        depth: load.depth,
+                        unfinished: load.unfinished,
+                        longest: load.longest,
+                    }
+                })
+            })
+        });
         let notifier = Notifier::new(
             cell.clone(),
             &settings.identity,

@@ -4,6 +4,10 @@
 //! Scheduled keys live in a timer wheel ([`DelayQueue`]) driven by one task, so waiting keys cost
 //! nothing per hand-out however many there are (an IPAM outage can park thousands), and a key
 //! that becomes ready wakes one worker, not all of them.
+//!
+//! The queue keeps the times client-go's work queue measures (when a key became pending, when
+//! its work started) and tells a [`QueueEvents`] as things happen; what is in flight is read
+//! with [`WorkQueue::load`]. It knows nothing of metrics.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -24,10 +28,41 @@ enum Timer<K> {
     Clear,
 }
 
+/// What the queue reports as it works. Every method defaults to nothing.
+pub trait QueueEvents: Send + Sync + 'static {
+    /// A key became pending (it was neither pending nor waiting to be processed again).
+    fn added(&self) {}
+    /// A failed key was scheduled again ([`WorkQueue::retry_after`]).
+    fn retried(&self) {}
+    /// A key was handed out after being pending this long.
+    fn waited(&self, _pending_for: Duration) {}
+    /// A key's processing ended after this long.
+    fn worked(&self, _took: Duration) {}
+}
+
+/// Reports nothing.
+pub struct Unobserved;
+
+impl QueueEvents for Unobserved {}
+
+/// The queue's load at one moment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    /// Keys pending: ready, or to be processed again once their current processing ends.
+    pub depth: usize,
+    /// How long every key in flight has been processed, added up.
+    pub unfinished: Duration,
+    /// How long the key processed longest has been.
+    pub longest: Duration,
+}
+
 struct State<K> {
     ready: VecDeque<K>,
     queued: HashSet<K>,
-    active: HashSet<K>,
+    /// Keys being processed, and since when.
+    active: HashMap<K, Instant>,
+    /// When each pending key (ready or dirty) became pending.
+    pending_since: HashMap<K, Instant>,
     /// Keys added while being processed; they go back to `ready` when processing ends.
     dirty: HashSet<K>,
     /// When each scheduled key is due (the timer task holds the same).
@@ -43,18 +78,32 @@ pub struct WorkQueue<K> {
     ready: Notify,
     timers: mpsc::UnboundedSender<Timer<K>>,
     activity: Arc<Activity>,
+    events: Arc<dyn QueueEvents>,
+}
+
+/// Whether a push made a key pending, and whether a worker should wake for it.
+struct Pushed {
+    added: bool,
+    wake: bool,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// A queue and the task that moves scheduled keys to ready when they are due; the task ends
     /// with the queue.
-    pub fn start(activity: Arc<Activity>) -> Arc<Self> {
+    pub fn start() -> Arc<Self> {
+        Self::start_observed(Arc::default(), Arc::new(Unobserved))
+    }
+
+    /// [`start`](Self::start), telling `events` what happens and `activity` whether any work is
+    /// ready or running.
+    pub fn start_observed(activity: Arc<Activity>, events: Arc<dyn QueueEvents>) -> Arc<Self> {
         let (timers, rx) = mpsc::unbounded_channel();
         let queue = Arc::new(Self {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
                 queued: HashSet::new(),
-                active: HashSet::new(),
+                active: HashMap::new(),
+                pending_since: HashMap::new(),
                 dirty: HashSet::new(),
                 scheduled: HashMap::new(),
                 parked: HashSet::new(),
@@ -63,6 +112,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             ready: Notify::new(),
             timers,
             activity,
+            events,
         });
         tokio::spawn(run_timers(Arc::downgrade(&queue), rx));
         queue
@@ -72,6 +122,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         Guard {
             state: crate::lock(&self.state),
             activity: &self.activity,
+        }
+    }
+
+    /// Reports a push and wakes a worker if it made a key ready.
+    fn pushed(&self, pushed: Pushed) {
+        if pushed.added {
+            self.events.added();
+        }
+        if pushed.wake {
+            self.ready.notify_one();
         }
     }
 
@@ -87,11 +147,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             let _ = self.timers.send(Timer::Cancel(key.clone()));
         }
         st.parked.remove(&key);
-        let woke = push(&mut st, key);
+        let pushed = push(&mut st, key);
         drop(st);
-        if woke {
-            self.ready.notify_one();
-        }
+        self.pushed(pushed);
+    }
+
+    /// Queues a failed key again after `delay` (its backoff), counted as a retry.
+    pub fn retry_after(&self, key: K, delay: Duration) {
+        self.events.retried();
+        self.add_after(key, delay);
     }
 
     /// Queues a key after `delay`, unless it is already pending or due sooner.
@@ -113,10 +177,17 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// Ends processing of a key handed out by [`next`](Self::next).
     pub fn done(&self, key: &K) {
         let mut st = self.lock();
-        st.active.remove(key);
-        let woke = st.dirty.remove(key) && push(&mut st, key.clone());
+        let started = st.active.remove(key);
+        // Added again while processed: it was counted then, and is ready now.
+        let again = st.dirty.remove(key) && st.queued.insert(key.clone());
+        if again {
+            st.ready.push_back(key.clone());
+        }
         drop(st);
-        if woke {
+        if let Some(started) = started {
+            self.events.worked(started.elapsed());
+        }
+        if again {
             self.ready.notify_one();
         }
     }
@@ -126,7 +197,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// already queued again stays queued.
     pub fn park(&self, key: K) {
         let mut st = self.lock();
-        if st.shutdown || st.queued.contains(&key) || st.active.contains(&key) {
+        if st.shutdown || st.queued.contains(&key) || st.active.contains_key(&key) {
             return;
         }
         if st.scheduled.remove(&key).is_some() {
@@ -140,10 +211,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let mut st = self.lock();
         let keys: Vec<K> = st.parked.drain().collect();
         let n = keys.len();
-        for key in keys {
-            push(&mut st, key);
-        }
+        let added = keys
+            .into_iter()
+            .filter(|key| push(&mut st, key.clone()).added)
+            .count();
         drop(st);
+        for _ in 0..added {
+            self.events.added();
+        }
         self.ready.notify_waiters();
         self.ready.notify_one();
         n
@@ -156,11 +231,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             return false;
         };
         st.parked.remove(&key);
-        let woke = push(&mut st, key);
+        let pushed = push(&mut st, key);
         drop(st);
-        if woke {
-            self.ready.notify_one();
-        }
+        self.pushed(pushed);
         true
     }
 
@@ -175,6 +248,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         st.ready.clear();
         st.queued.clear();
         st.dirty.clear();
+        st.pending_since.clear();
         st.scheduled.clear();
         st.parked.clear();
         let _ = self.timers.send(Timer::Clear);
@@ -198,6 +272,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         (st.ready.len(), st.scheduled.len(), st.active.len())
     }
 
+    /// How much is pending and how long the work in flight has been running, now.
+    pub fn load(&self) -> Load {
+        let st = self.lock();
+        let now = Instant::now();
+        let running = st.active.values().map(|started| now - *started);
+        Load {
+            depth: st.ready.len() + st.dirty.len(),
+            unfinished: running.clone().sum(),
+            longest: running.max().unwrap_or_default(),
+        }
+    }
+
     /// Waits for the next key that is ready and not being processed.
     pub async fn next(&self) -> Option<K> {
         loop {
@@ -210,10 +296,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                     return None;
                 }
                 if let Some(key) = st.ready.pop_front() {
+                    let now = Instant::now();
                     st.queued.remove(&key);
-                    st.active.insert(key.clone());
+                    st.active.insert(key.clone(), now);
+                    let pending_since = st.pending_since.remove(&key);
                     let more = !st.ready.is_empty();
                     drop(st);
+                    if let Some(since) = pending_since {
+                        self.events.waited(now - since);
+                    }
                     // Pass the wake-up on: one notification may stand for several keys.
                     if more {
                         self.ready.notify_one();
@@ -233,11 +324,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             return;
         }
         st.scheduled.remove(&key);
-        let woke = !st.shutdown && push(&mut st, key);
-        drop(st);
-        if woke {
-            self.ready.notify_one();
+        if st.shutdown {
+            return;
         }
+        let pushed = push(&mut st, key);
+        drop(st);
+        self.pushed(pushed);
     }
 }
 
@@ -267,17 +359,27 @@ impl<K> Drop for Guard<'_, K> {
     }
 }
 
-/// Whether the key became ready (and a worker should wake).
-fn push<K: Clone + Eq + Hash>(st: &mut State<K>, key: K) -> bool {
-    if st.active.contains(&key) {
-        st.dirty.insert(key);
-        false
+/// Makes a key pending: ready, or (while it is processed) due again once processing ends.
+fn push<K: Clone + Eq + Hash>(st: &mut State<K>, key: K) -> Pushed {
+    let pending = if st.active.contains_key(&key) {
+        let added = st.dirty.insert(key.clone());
+        Pushed { added, wake: false }
     } else if st.queued.insert(key.clone()) {
-        st.ready.push_back(key);
-        true
+        st.ready.push_back(key.clone());
+        Pushed {
+            added: true,
+            wake: true,
+        }
     } else {
-        false
+        Pushed {
+            added: false,
+            wake: false,
+        }
+    };
+    if pending.added {
+        st.pending_since.entry(key).or_insert_with(Instant::now);
     }
+    pending
 }
 
 async fn run_timers<K: Clone + Eq + Hash + Send + Sync + 'static>(
@@ -324,7 +426,7 @@ mod tests {
     use super::*;
 
     fn queue() -> Arc<WorkQueue<&'static str>> {
-        WorkQueue::start(Arc::default())
+        WorkQueue::start()
     }
 
     #[tokio::test(start_paused = true)]
@@ -483,5 +585,90 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(q.counts(), (0, 0, 0));
         assert!(!q.is_busy());
+    }
+
+    /// Records what the queue reports.
+    #[derive(Default)]
+    struct Recorder {
+        seen: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl QueueEvents for Recorder {
+        fn added(&self) {
+            self.seen.lock().unwrap().push("added".into());
+        }
+        fn retried(&self) {
+            self.seen.lock().unwrap().push("retried".into());
+        }
+        fn waited(&self, d: Duration) {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(format!("waited {}s", d.as_secs()));
+        }
+        fn worked(&self, d: Duration) {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(format!("worked {}s", d.as_secs()));
+        }
+    }
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.seen.lock().unwrap())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_queue_reports_adds_waits_work_and_retries_as_client_go_counts_them() {
+        let events = Arc::new(Recorder::default());
+        let q = WorkQueue::start_observed(Arc::default(), events.clone());
+        q.add("a");
+        q.add("a");
+        assert_eq!(events.take(), ["added"], "a pending key is not added twice");
+        assert_eq!(q.load().depth, 1);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(events.take(), ["waited 3s"]);
+        assert_eq!(q.load().depth, 0);
+
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        q.add("b");
+        assert_eq!(q.next().await, Some("b"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            q.load(),
+            Load {
+                depth: 0,
+                unfinished: Duration::from_secs(3 + 1),
+                longest: Duration::from_secs(3),
+            }
+        );
+        // Added while processed: pending (and counted) now, handed out after `done`.
+        q.add("a");
+        assert_eq!(q.load().depth, 1);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        q.done(&"a");
+        assert_eq!(events.take(), ["added", "waited 0s", "added", "worked 7s"]);
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(events.take(), ["waited 4s"]);
+
+        q.done(&"a");
+        q.done(&"b");
+        events.take();
+        q.retry_after("c", Duration::from_secs(10));
+        assert_eq!(events.take(), ["retried"]);
+        assert_eq!(q.load().depth, 0, "a scheduled key is not pending yet");
+        assert_eq!(q.next().await, Some("c"));
+        assert_eq!(events.take(), ["added", "waited 0s"]);
+        assert_eq!(
+            q.load(),
+            Load {
+                depth: 0,
+                unfinished: Duration::ZERO,
+                longest: Duration::ZERO
+            }
+        );
     }
 }

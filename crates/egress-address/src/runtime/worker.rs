@@ -2,11 +2,11 @@
 //! checks one addressed shard's holder at a time, spread evenly over the drift interval.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{Instrument, Span, error, info};
 
 use super::events::Notifier;
 use super::leader::LeaderToken;
@@ -15,7 +15,9 @@ use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
 use crate::config::Backoff;
 use crate::ipam::Ipam;
-use crate::kube_status::is_unauthorized;
+use crate::kube_status::{is_unauthorized, transport_cause};
+use crate::logs::{object_ref, reconcile_id};
+use crate::metrics::{CONTROLLER, Metrics, ReconcileResult};
 use crate::reconcile::drift::{self, Checked};
 use crate::reconcile::{Context, Next, reconcile};
 use crate::shard::ShardKey;
@@ -49,27 +51,46 @@ impl Workers {
                     None => return,
                 },
             };
+            let _busy = Busy::new(&self.ctx.metrics);
+            let span = reconcile_span(&key);
+            let started = Instant::now();
             // A panic is a bug, but it must cost one shard a retry, not this worker for good: a
             // controller whose workers all died would stay ready and do nothing.
-            let next = match guarded(reconcile(&self.ctx, &key)).await {
-                Ok(report) => {
-                    if let Some(err) = &report.error
-                        && err.is_cell_error()
-                        && err.kube_error().is_some_and(is_unauthorized)
-                    {
-                        self.readiness.set_cell(CellHealth::CredentialRefused);
+            let outcome = guarded(reconcile(&self.ctx, &key))
+                .instrument(span.clone())
+                .await;
+            let took = started.elapsed();
+            let next = {
+                let _in = span.enter();
+                match outcome {
+                    Ok(report) => {
+                        if let Some(err) = &report.error {
+                            if err.is_cell_error() && err.kube_error().is_some_and(is_unauthorized)
+                            {
+                                self.readiness.set_cell(CellHealth::CredentialRefused);
+                            }
+                            if report.next == Next::Retry {
+                                let cause = err
+                                    .kube_error()
+                                    .and_then(transport_cause)
+                                    .unwrap_or("answered");
+                                error!(shard = %key, kind = err.metric_label(), cause, error = %err, "Reconciler error");
+                            }
+                        }
+                        for note in report.notes {
+                            self.notifier.publish(note);
+                        }
+                        report.next
                     }
-                    for note in report.notes {
-                        self.notifier.publish(note);
+                    Err(panic) => {
+                        self.ctx.metrics.reconcile_panicked();
+                        error!(shard = %key, %panic, "a reconcile panicked; the shard is retried after its backoff");
+                        error!(shard = %key, kind = "panic", error = %format!("panic: {panic} [recovered]"), "Reconciler error");
+                        Next::Retry
                     }
-                    report.next
-                }
-                Err(panic) => {
-                    self.ctx.metrics.reconcile_panicked();
-                    error!(shard = %key, %panic, "a reconcile panicked; the shard is retried after its backoff");
-                    Next::Retry
                 }
             };
+            self.ctx.metrics.reconciled(result_of(next), took);
             self.readiness.refresh();
             self.queue.done(&key);
             self.file(key, next);
@@ -83,7 +104,7 @@ impl Workers {
             Next::Retry => {
                 let failures = memory.failed(&key);
                 let own = self.backoff.delay(failures, rand::random::<f64>());
-                self.queue.add_after(key, own.max(self.retries.reserve()));
+                self.queue.retry_after(key, own.max(self.retries.reserve()));
             }
             Next::WaitIpam => self.queue.park(key),
             Next::Recheck => {
@@ -92,6 +113,49 @@ impl Workers {
             }
             Next::Yield => self.queue.add(key),
         }
+    }
+}
+
+/// How controller-runtime would count a reconcile that ends in `next`: an error is `error`, a
+/// fixed delay `requeue_after`, a key kept for later (not leading, IPAM down) `requeue`.
+pub fn result_of(next: Next) -> ReconcileResult {
+    match next {
+        Next::Done => ReconcileResult::Success,
+        Next::Retry => ReconcileResult::Error,
+        Next::Recheck => ReconcileResult::RequeueAfter,
+        Next::Yield | Next::WaitIpam => ReconcileResult::Requeue,
+    }
+}
+
+/// The fields controller-runtime puts on every line of a reconcile: the controller, the object
+/// (as a reference, and as `namespace` and `name`), and an ID of its own.
+fn reconcile_span(key: &ShardKey) -> Span {
+    // At error level, so that the fields are there whenever a "Reconciler error" line is.
+    tracing::error_span!(
+        "reconcile",
+        controller = CONTROLLER,
+        controllerGroup = egress_api::shard::GROUP,
+        controllerKind = "EgressShard",
+        EgressShard = %object_ref(&key.namespace, &key.name),
+        namespace = %key.namespace,
+        name = %key.name,
+        reconcileID = %reconcile_id(),
+    )
+}
+
+/// Counts a worker as busy while it lives.
+struct Busy<'a>(&'a Metrics);
+
+impl<'a> Busy<'a> {
+    fn new(metrics: &'a Metrics) -> Self {
+        metrics.worker_busy();
+        Self(metrics)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.worker_idle();
     }
 }
 
@@ -214,6 +278,25 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err, "a panic without a message");
+    }
+
+    #[test]
+    fn results_are_classified_as_controller_runtime_classifies_them() {
+        assert_eq!(result_of(Next::Done), ReconcileResult::Success);
+        assert_eq!(result_of(Next::Retry), ReconcileResult::Error);
+        assert_eq!(result_of(Next::Recheck), ReconcileResult::RequeueAfter);
+        assert_eq!(result_of(Next::Yield), ReconcileResult::Requeue);
+        assert_eq!(result_of(Next::WaitIpam), ReconcileResult::Requeue);
+    }
+
+    #[test]
+    fn a_busy_worker_is_counted_until_it_is_done() {
+        let metrics = Metrics::unregistered();
+        {
+            let _busy = Busy::new(&metrics);
+            assert_eq!(metrics.active_workers(), 1);
+        }
+        assert_eq!(metrics.active_workers(), 0);
     }
 
     #[test]

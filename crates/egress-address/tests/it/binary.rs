@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_egress-address-controller");
+pub const BIN: &str = env!("CARGO_BIN_EXE_egress-address-controller");
 
 /// Env the controller reads; cleared so the host's environment cannot satisfy a required flag.
 const ENV: [&str; 9] = [
@@ -23,7 +23,7 @@ const ENV: [&str; 9] = [
     "RUST_LOG",
 ];
 
-fn command() -> Command {
+pub fn command() -> Command {
     let mut c = Command::new(BIN);
     for v in ENV {
         c.env_remove(v);
@@ -34,7 +34,7 @@ fn command() -> Command {
     c
 }
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = command();
     c.args(args);
     for (k, v) in env {
@@ -43,7 +43,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("the binary runs")
 }
 
-fn stderr(o: &Output) -> String {
+pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -150,32 +150,52 @@ fn free_port() -> u16 {
         .port()
 }
 
-struct Proc {
-    child: Child,
-    probe: u16,
-    metrics: u16,
-    log: std::path::PathBuf,
+pub struct Proc {
+    pub child: Child,
+    pub probe: u16,
+    pub metrics: u16,
+    pub log: std::path::PathBuf,
+}
+
+/// How a test starts the controller, beyond the defaults every test shares.
+#[derive(Default)]
+pub struct Launch<'a> {
+    pub env: &'a [(&'a str, &'a str)],
+    /// Where the logs go instead of the test's file.
+    pub stderr: Option<Stdio>,
+    /// The log flags, instead of `--log-format=json` with `RUST_LOG=info`.
+    pub log_flags: Option<&'a [&'a str]>,
+    /// The IPAM kubeconfig, instead of the cell's.
+    pub ipam_kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Proc {
-    fn start(plane: &Plane, identity_env: &str) -> Proc {
+    pub fn start(plane: &Plane, identity_env: &str) -> Proc {
         Self::start_with(plane, identity_env, &[])
     }
 
     fn start_with(plane: &Plane, identity_env: &str, env: &[(&str, &str)]) -> Proc {
-        Self::start_logging_to(plane, identity_env, env, None)
+        Self::launch(
+            plane,
+            identity_env,
+            Launch {
+                env,
+                ..Launch::default()
+            },
+        )
     }
 
-    /// `stderr`: where the logs go instead of the test's file.
-    fn start_logging_to(
-        plane: &Plane,
-        identity_env: &str,
-        env: &[(&str, &str)],
-        stderr: Option<Stdio>,
-    ) -> Proc {
+    pub fn launch(plane: &Plane, identity_env: &str, launch: Launch<'_>) -> Proc {
+        let Launch {
+            env,
+            stderr,
+            log_flags,
+            ipam_kubeconfig,
+        } = launch;
         let cell = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
         // Milo's grant kubeconfig names the base URL; the controller appends the project path.
-        let ipam = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        let ipam =
+            ipam_kubeconfig.unwrap_or_else(|| plane.lp.kubeconfig_path("cell", ADMIN).unwrap());
         let probe = free_port();
         let metrics = free_port();
         let mut c = command();
@@ -185,7 +205,6 @@ impl Proc {
             .env("LOCATION", LOCATION)
             .env("PLATFORM_PROJECT", PLATFORM)
             .env("POD_NAME", identity_env)
-            .env("RUST_LOG", "info")
             .args([
                 &format!("--health-probe-bind-address=127.0.0.1:{probe}"),
                 &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
@@ -194,8 +213,15 @@ impl Proc {
                 "--leader-election-renew-deadline=2s",
                 "--leader-election-retry-period=250ms",
                 "--backoff-base=50ms",
-                "--log-format=json",
             ]);
+        match log_flags {
+            Some(flags) => {
+                c.args(flags);
+            }
+            None => {
+                c.env("RUST_LOG", "info").arg("--log-format=json");
+            }
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -215,7 +241,7 @@ impl Proc {
         }
     }
 
-    fn sigterm(&self) {
+    pub fn sigterm(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -223,7 +249,7 @@ impl Proc {
         assert!(status.success());
     }
 
-    async fn wait_exit(&mut self, secs: u64) -> (Option<i32>, String) {
+    pub async fn wait_exit(&mut self, secs: u64) -> (Option<i32>, String) {
         let deadline = std::time::Instant::now() + Duration::from_secs(secs);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -247,26 +273,39 @@ impl Drop for Proc {
     }
 }
 
-async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let (code, _, body) = http_get_with(port, path, &[]).await?;
+    Some((code, body))
+}
+
+/// A GET with extra request headers; the status, the response head and the body.
+pub async fn http_get_with(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, String, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.ok()?;
     let text = String::from_utf8_lossy(&buf).into_owned();
     let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((code, head.to_string(), body.to_string()))
 }
 
-async fn wait_ready(p: &Proc) {
+pub async fn wait_ready(p: &Proc) {
     eventually(15, "/ready to answer 200", || async {
         matches!(http_get(p.probe, "/ready").await, Some((200, _))).then_some(())
     })
@@ -391,7 +430,14 @@ async fn leader_election_can_be_turned_off_from_the_environment() {
 #[tokio::test]
 async fn a_closed_log_pipe_neither_stops_the_work_nor_the_shutdown() {
     let plane = Plane::start().await;
-    let mut p = Proc::start_logging_to(&plane, "piped", &[], Some(Stdio::piped()));
+    let mut p = Proc::launch(
+        &plane,
+        "piped",
+        Launch {
+            stderr: Some(Stdio::piped()),
+            ..Launch::default()
+        },
+    );
     let pipe = p.child.stderr.take().expect("stderr is piped");
     wait_ready(&p).await;
     // Whoever read the logs is gone (a restarted log shipper, a closed terminal): every later

@@ -29,9 +29,10 @@ async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
         "kubeconfig",
         &good.replace(ADMIN_TOKEN, REVOKED),
     );
-    let (ipam, follower) = following_ipam_client(&secret.path(), PLATFORM, Transport::default())
-        .await
-        .unwrap();
+    let (ipam, follower) =
+        following_ipam_client(&secret.path(), PLATFORM, Transport::default(), None)
+            .await
+            .unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(
         follower
@@ -70,7 +71,7 @@ async fn a_rotated_cell_credential_is_picked_up_without_a_restart() {
         "kubeconfig",
         &good.replace(ADMIN_TOKEN, REVOKED),
     );
-    let (cell, follower) = following_cell_client(Some(&secret.path()), Transport::default())
+    let (cell, follower) = following_cell_client(Some(&secret.path()), Transport::default(), None)
         .await
         .unwrap();
     let stop = CancellationToken::new();
@@ -146,6 +147,7 @@ async fn an_oversized_answer_is_refused_naming_the_limit() {
         &plane.lp.kubeconfig_path("cell", ADMIN).unwrap(),
         PLATFORM,
         Transport::default(),
+        None,
     )
     .await
     .unwrap();
@@ -184,7 +186,7 @@ async fn an_untrusted_server_certificate_is_named() {
     assert_ne!(good, wrong);
     let path = plane.dir.path().join("wrong-ca.kubeconfig");
     std::fs::write(&path, wrong).unwrap();
-    let (ipam, _follower) = following_ipam_client(&path, PLATFORM, Transport::default())
+    let (ipam, _follower) = following_ipam_client(&path, PLATFORM, Transport::default(), None)
         .await
         .unwrap();
     let ctl = start_controller_with(settings(), plane.cell(), ipam).await;
@@ -205,7 +207,7 @@ async fn an_unreachable_cell_is_named() {
         .replace(&plane.lp.base_url(), &format!("http://127.0.0.1:{port}"));
     let path = plane.dir.path().join("nowhere.kubeconfig");
     std::fs::write(&path, text).unwrap();
-    let (cell, _) = following_cell_client(Some(&path), Transport::default())
+    let (cell, _) = following_cell_client(Some(&path), Transport::default(), None)
         .await
         .unwrap();
     let ctl = start_unready(settings(), cell, plane.ipam_for_controller().await);
