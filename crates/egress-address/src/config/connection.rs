@@ -98,11 +98,7 @@ impl tower::Service<Request<Body>> for Swap {
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let Endpoint { client, host } = self
-            .current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let Endpoint { client, host } = crate::read(&self.current).clone();
         let refused = self.refused.clone();
         let limit = (!is_watch(&req)).then_some(self.limit);
         let observe = self.observe.clone();
@@ -226,7 +222,7 @@ impl Follower {
             }
             match (self.build)(self.path.clone()).await {
                 Ok(endpoint) => {
-                    *self.current.write().unwrap_or_else(|e| e.into_inner()) = endpoint;
+                    *crate::write(&self.current) = endpoint;
                     self.loaded = now;
                     failed = None;
                     info!(path = %self.path.display(), "the kubeconfig changed; new requests use it");

@@ -28,6 +28,16 @@ pub const PREFIX: &str = "egress_address";
 pub const DRIFT_MISSING: &str = "missing";
 pub const DRIFT_MISMATCH: &str = "mismatch";
 
+/// Claim outcomes the shipped alerts watch.
+pub const ALERTED_OUTCOMES: [&str; 6] = [
+    "Exhausted",
+    "ClassNotFound",
+    "NoDefaultClass",
+    "NoOfferingPool",
+    "Unusable",
+    "AddressInUse",
+];
+
 /// The controller's name in the `controller` label (and the work queue's `name`), as
 /// controller-runtime derives it from the reconciler.
 pub const CONTROLLER: &str = "egressshardaddress";
@@ -417,6 +427,13 @@ impl Metrics {
         }
         for kind in [DRIFT_MISSING, DRIFT_MISMATCH] {
             let _ = m.drift.get_or_create(&DriftLabels { kind: kind.into() });
+        }
+        // Alerts take `increase()` of these; a series that first appears at 1 would hide its
+        // first increment, so they exist at 0 from the start.
+        for outcome in ALERTED_OUTCOMES {
+            let _ = m.claim_outcomes.get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            });
         }
         m
     }

@@ -48,14 +48,12 @@ impl QueueGauges {
     }
 
     pub fn watch(&self, probe: QueueProbe) {
-        *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(probe);
+        *crate::write(&self.probe) = Some(probe);
     }
 
     /// What the queue says now; all zero before a queue exists or after it is gone.
     pub fn load(&self) -> QueueLoad {
-        self.probe
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        crate::read(&self.probe)
             .as_ref()
             .map(|probe| probe())
             .unwrap_or_default()

@@ -73,13 +73,13 @@ impl LeaderToken {
         if self.inner.always {
             return true;
         }
-        let until = *self.inner.until.lock().unwrap_or_else(|e| e.into_inner());
+        let until = *crate::lock(&self.inner.until);
         until.is_some_and(|t| Instant::now() < t)
     }
 
     /// Grants writes until `until`.
     pub fn grant(&self, until: Instant) {
-        *self.inner.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        *crate::lock(&self.inner.until) = Some(until);
         self.inner.changed.send_replace(true);
     }
 
@@ -88,7 +88,7 @@ impl LeaderToken {
         if self.inner.always {
             return;
         }
-        *self.inner.until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *crate::lock(&self.inner.until) = None;
         self.inner.changed.send_replace(false);
     }
 
