@@ -137,7 +137,8 @@
 //   watch       watch streams                                      -> plane, store, selector
 //   plane/      one control plane: mod (registry, hooks), read, write, delete, tally
 //                                                                  -> store, resources, schema,
-//                                                                     selector, meta
+//                                                                     selector, meta, fields
+//   fields/     field ownership: managedFields, server-side apply  -> resources, meta, error
 //   rbac, table, openapi, discovery                                -> store, resources, meta
 //   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
 //   resources, schema, selector                                    -> hooks, meta, error, locks
@@ -161,6 +162,7 @@ mod config;
 mod discovery;
 mod error;
 mod faults;
+mod fields;
 mod hooks;
 pub mod ipam;
 mod kubeconfig;

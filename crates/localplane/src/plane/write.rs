@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::{Plane, PlaneState};
 use crate::error::{ApiError, FieldError};
+use crate::fields;
 use crate::hooks::Caller;
 use crate::meta;
 use crate::resources::ResourceDef;
@@ -29,6 +30,29 @@ pub(crate) struct WriteOpts {
     pub dry_run: bool,
     /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
     pub strict: bool,
+    /// `fieldManager`: who the write is recorded under in `managedFields`.
+    pub field_manager: Option<String>,
+    /// `force` as sent (only an apply may send it).
+    pub force: Option<String>,
+    /// The client's User-Agent: the manager when `fieldManager` is not given.
+    pub user_agent: String,
+    /// Set only by a server-side apply, which computed the object's managedFields itself
+    /// (requests leave it false).
+    pub applied: bool,
+}
+
+impl WriteOpts {
+    fn manager(&self) -> String {
+        fields::manager_name(self.field_manager.as_deref(), &self.user_agent)
+    }
+
+    /// The plane's own writes, recorded under `manager`.
+    fn internal(manager: &str) -> WriteOpts {
+        WriteOpts {
+            field_manager: Some(manager.to_string()),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -136,7 +160,12 @@ impl Plane {
             ns: None,
             status: false,
         };
-        match self.create(target, obj, &admin_caller(), &WriteOpts::default()) {
+        match self.create(
+            target,
+            obj,
+            &admin_caller(),
+            &WriteOpts::internal("kube-apiserver"),
+        ) {
             Ok(_) => {}
             Err(e) if e.0.reason == "AlreadyExists" => {}
             Err(e) => tracing::warn!(?e, "creating namespace {name}"),
@@ -171,7 +200,7 @@ impl Plane {
             .map(|n| if n.is_empty() { "default" } else { n });
         let name = meta::str_at(&obj, "/metadata/name").to_string();
         let caller = admin_caller();
-        let opts = WriteOpts::default();
+        let opts = WriteOpts::internal("localplane");
         let exists = self
             .read()
             .store
@@ -204,6 +233,7 @@ impl Plane {
         let Target {
             def, version, ns, ..
         } = t;
+        fields::check_options("CreateOptions", opts.field_manager.as_deref(), None, false)?;
         check_type_meta(def, version, &mut obj)?;
         let body_ns = meta::str_at(&obj, "/metadata/namespace").to_string();
         if let Some(ns) = ns
@@ -214,7 +244,7 @@ impl Plane {
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
-        {
+        let sent_managed = {
             let m = meta::meta_mut(&mut obj);
             match ns {
                 Some(ns) => {
@@ -231,12 +261,16 @@ impl Plane {
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
                 "generation",
-                "managedFields",
                 "selfLink",
             ] {
                 m.remove(f);
             }
-        }
+            if opts.applied {
+                None
+            } else {
+                m.remove("managedFields")
+            }
+        };
         let generate = meta::str_at(&obj, "/metadata/generateName").to_string();
         let mut name = meta::str_at(&obj, "/metadata/name").to_string();
         if name.is_empty() && !generate.is_empty() {
@@ -279,6 +313,23 @@ impl Plane {
             m.insert("generation".into(), json!(1));
         }
         admit(def, version, &mut obj, None, opts)?;
+        if !opts.applied {
+            let manager = opts.manager();
+            let writer = fields::Writer {
+                def,
+                version,
+                status: false,
+                manager: &manager,
+            };
+            match writer.update(None, &obj, sent_managed.as_ref())? {
+                Some(list) => {
+                    meta::meta_mut(&mut obj).insert("managedFields".into(), list);
+                }
+                None => {
+                    meta::meta_mut(&mut obj).remove("managedFields");
+                }
+            }
+        }
         let key = def.key();
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
@@ -349,6 +400,7 @@ impl Plane {
         let Target {
             def, version, ns, ..
         } = t;
+        fields::check_options("UpdateOptions", opts.field_manager.as_deref(), None, false)?;
         check_type_meta(def, version, &mut obj)?;
         let body_name = meta::str_at(&obj, "/metadata/name");
         if body_name != name {
@@ -392,8 +444,18 @@ impl Plane {
         opts: &WriteOpts,
     ) -> Result<Value, ApiError> {
         let Target {
-            def, ns, status, ..
+            def,
+            version,
+            ns,
+            status,
         } = t;
+        let apply = matches!(kind, PatchKind::Apply);
+        fields::check_options(
+            "PatchOptions",
+            opts.field_manager.as_deref(),
+            opts.force.as_deref(),
+            apply,
+        )?;
         let parse_err = |e: String| ApiError::bad_request(format!("error decoding patch: {e}"));
         if matches!(kind, PatchKind::Strategic) && def.custom {
             return Err(ApiError::unsupported_media_type(
@@ -402,30 +464,53 @@ impl Plane {
         }
         let patch_value: Value = match kind {
             PatchKind::Apply => {
-                let text = std::str::from_utf8(body).map_err(|e| parse_err(e.to_string()))?;
-                serde_saphyr::from_str(text).map_err(|e| parse_err(e.to_string()))?
+                let yaml_err =
+                    |e: String| ApiError::bad_request(format!("error decoding YAML: {e}"));
+                let text = std::str::from_utf8(body).map_err(|e| yaml_err(e.to_string()))?;
+                let v: Value = serde_saphyr::from_str(text).map_err(|e| yaml_err(e.to_string()))?;
+                if !v.is_object() {
+                    return Err(yaml_err(
+                        "the applied configuration must be an object".into(),
+                    ));
+                }
+                v
             }
             _ => serde_json::from_slice(body).map_err(|e| parse_err(e.to_string()))?,
+        };
+        let manager = opts.manager();
+        let applier = fields::Writer {
+            def,
+            version,
+            status,
+            manager: &manager,
+        };
+        let force = opts.force.as_deref() == Some("true");
+        let applied_opts = WriteOpts {
+            applied: true,
+            ..opts.clone()
         };
         let mut guard = self.write();
         let old = guard.store.get(&def.key(), ns.unwrap_or(""), name).cloned();
         let Some(old) = old else {
-            if matches!(kind, PatchKind::Apply) && !status {
+            if apply && !status {
                 drop(guard);
-                let mut obj = patch_value;
-                if meta::str_at(&obj, "/metadata/name") != name {
+                if meta::str_at(&patch_value, "/metadata/name") != name {
                     return Err(ApiError::bad_request(format!(
                         "the name of the object ({}) does not match the name on the URL ({name})",
-                        meta::str_at(&obj, "/metadata/name")
+                        meta::str_at(&patch_value, "/metadata/name")
                     )));
                 }
+                let (mut obj, _) = applier.apply(None, &patch_value, force)?;
                 meta::meta_mut(&mut obj).remove("resourceVersion");
-                return self.create(t, obj, caller, opts);
+                return self.create(t, obj, caller, &applied_opts);
             }
             return Err(ApiError::not_found(&def.group, &def.plural, name));
         };
         let mut new = (*old).clone();
         match kind {
+            PatchKind::Apply => {
+                new = applier.apply(Some(&old), &patch_value, force)?.0;
+            }
             PatchKind::Json => {
                 let mut ops: json_patch::Patch =
                     serde_json::from_value(patch_value).map_err(|e| parse_err(e.to_string()))?;
@@ -440,7 +525,7 @@ impl Plane {
                 json_patch::patch(&mut new, &ops)
                     .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
             }
-            PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
+            PatchKind::Merge | PatchKind::Strategic => {
                 if !patch_value.is_object() {
                     return Err(parse_err("the patch must be a JSON object".into()));
                 }
@@ -456,6 +541,7 @@ impl Plane {
                 "metadata.name cannot be changed by a patch",
             ));
         }
+        let opts = if apply { &applied_opts } else { opts };
         self.finish_update(&mut guard, t, old, new, caller, opts)
     }
 
@@ -479,6 +565,9 @@ impl Plane {
         } = t;
         check_type_meta(def, version, &mut new)?;
         let name = meta::str_at(&old, "/metadata/name").to_string();
+        // What the request's object says managedFields are (an apply: what it computed),
+        // before the status subresource's view replaces the rest of the object.
+        let sent_managed = new.pointer("/metadata/managedFields").cloned();
         if def.has_status() {
             let keep_from_new = if status_sub {
                 let status = new.get("status").cloned();
@@ -520,6 +609,7 @@ impl Plane {
             }
             m.remove("managedFields");
         }
+        let manager = opts.manager();
         let deleting = old.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
             let old_f = meta::finalizers(&old);
@@ -551,8 +641,25 @@ impl Plane {
                 .unwrap_or(1);
             meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
+        let managed = if opts.applied {
+            sent_managed
+        } else {
+            let writer = fields::Writer {
+                def,
+                version,
+                status: status_sub,
+                manager: &manager,
+            };
+            writer.update(Some(&old), &new, sent_managed.as_ref())?
+        };
+        if let Some(list) = managed {
+            meta::meta_mut(&mut new).insert("managedFields".into(), list);
+        }
         let finished = deleting && meta::finalizers(&new).is_empty();
-        if !finished && meta::same_content(&old, &new) {
+        if !finished
+            && meta::same_content(&old, &new)
+            && old.pointer("/metadata/managedFields") == new.pointer("/metadata/managedFields")
+        {
             return Ok((*old).clone());
         }
         let key = def.key();

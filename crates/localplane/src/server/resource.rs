@@ -51,6 +51,8 @@ struct Call {
     query: Query,
     shape: Shape,
     content_type: String,
+    /// The client's User-Agent (the default field manager).
+    user_agent: String,
     /// Addresses the `/status` subresource.
     status: bool,
 }
@@ -73,6 +75,10 @@ impl Call {
         WriteOpts {
             dry_run: self.query.get("dryRun").is_some_and(|d| d == "All"),
             strict: self.query.get("fieldValidation") == Some("Strict"),
+            field_manager: self.query.get("fieldManager").map(str::to_string),
+            force: self.query.get("force").map(str::to_string),
+            user_agent: self.user_agent.clone(),
+            ..Default::default()
         }
     }
 }
@@ -241,8 +247,15 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
         .unwrap_or("")
         .trim()
         .to_string();
+    let user_agent = req
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     Ok(Call {
         shape: Shape::of(req.headers),
+        user_agent,
         plane: req.plane,
         def,
         caller: req.caller,
