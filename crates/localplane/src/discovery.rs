@@ -7,6 +7,18 @@ use serde_json::{Value, json};
 use crate::resources::Registry;
 
 const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Namespaces cannot be deleted as a collection.
+const NAMESPACE_VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 
@@ -76,7 +88,8 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
         };
         let mut r = json!({
             "name": d.plural, "singularName": d.singular, "namespaced": d.namespaced,
-            "kind": d.kind, "verbs": VERBS,
+            "kind": d.kind,
+            "verbs": if d.group.is_empty() && d.plural == "namespaces" { NAMESPACE_VERBS } else { VERBS },
         });
         if !d.short_names.is_empty() {
             r["shortNames"] = json!(d.short_names);

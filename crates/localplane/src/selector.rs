@@ -92,6 +92,11 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         if self.0.is_empty() {
             return true;
@@ -142,6 +147,11 @@ impl FieldSelector {
             reqs.push((k.to_string(), eq, v.trim().to_string()));
         }
         Ok(FieldSelector(reqs))
+    }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The exact name the selector pins, which lets a list skip the scan.

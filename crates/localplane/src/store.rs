@@ -6,8 +6,10 @@
 //! leaves no trace.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -43,18 +45,30 @@ pub struct WatchEvent {
     pub res: ResourceKey,
     pub etype: EventType,
     pub obj: Arc<Value>,
-    /// The state before a MODIFIED, so a selector watch can turn "stopped matching" into DELETED.
+    /// The state before a MODIFIED or DELETED: a selector watch turns "stopped matching" into
+    /// a DELETED of the state it last saw, and a list as of an earlier resourceVersion is
+    /// rebuilt from it.
     pub prev: Option<Arc<Value>>,
 }
+
+/// How long history is kept for lists at an earlier resourceVersion (`continue` pages, `Exact`
+/// reads), whatever the watch window: the apiserver's etcd compaction interval.
+const SNAPSHOT_RETENTION: Duration = Duration::from_secs(300);
 
 pub struct Store {
     rv: u64,
     objects: HashMap<ResourceKey, BTreeMap<ObjKey, Arc<Value>>>,
     history: VecDeque<Arc<WatchEvent>>,
+    /// When each event in `history` was committed.
+    history_times: VecDeque<Instant>,
+    /// How many events a watch can resume over.
     history_cap: usize,
-    /// The newest resourceVersion whose event has been dropped from history; a watch from an
+    /// The newest resourceVersion whose event is outside the watch window; a watch from an
     /// older version would miss it and gets 410 Expired.
     compacted_through: u64,
+    /// The newest resourceVersion whose event is gone altogether: no list can be read as of an
+    /// older one.
+    snapshot_floor: u64,
     tx: broadcast::Sender<Arc<WatchEvent>>,
 }
 
@@ -65,8 +79,10 @@ impl Store {
             rv: 1,
             objects: HashMap::new(),
             history: VecDeque::new(),
+            history_times: VecDeque::new(),
             history_cap: history_cap.max(1),
             compacted_through: 0,
+            snapshot_floor: 0,
             tx,
         }
     }
@@ -83,10 +99,72 @@ impl Store {
         self.tx.subscribe()
     }
 
-    /// Drops all history, so every watch resumed from a past resourceVersion gets 410.
+    /// Drops all history, so every watch resumed from a past resourceVersion gets 410, and so
+    /// does a list as of one.
     pub fn compact(&mut self) {
         self.history.clear();
+        self.history_times.clear();
         self.compacted_through = self.rv;
+        self.snapshot_floor = self.rv;
+    }
+
+    /// Keeps the watch window at `history_cap` events, and every event for as long as a
+    /// snapshot read may need it.
+    fn trim_history(&mut self) {
+        let now = Instant::now();
+        while self.history.len() > self.history_cap
+            && self
+                .history_times
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > SNAPSHOT_RETENTION)
+        {
+            self.history_times.pop_front();
+            if let Some(e) = self.history.pop_front() {
+                self.snapshot_floor = e.rv;
+            }
+        }
+        if self.history.len() > self.history_cap {
+            let outside = self.history.len() - self.history_cap - 1;
+            self.compacted_through = self.compacted_through.max(self.history[outside].rv);
+        }
+        self.compacted_through = self.compacted_through.max(self.snapshot_floor);
+    }
+
+    /// Objects of a kind as they were at resourceVersion `at` (in key order, optionally within
+    /// one namespace and after a key): the current state with the changes since undone. `None`
+    /// when history no longer reaches back that far.
+    pub fn range_at<'a>(
+        &'a self,
+        res: &ResourceKey,
+        ns: Option<&str>,
+        after: Option<&ObjKey>,
+        at: u64,
+    ) -> Option<Box<dyn Iterator<Item = (ObjKey, Arc<Value>)> + 'a>> {
+        if at >= self.rv {
+            return Some(Box::new(
+                self.range(res, ns, after)
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            ));
+        }
+        if at < self.snapshot_floor {
+            return None;
+        }
+        // The first change after `at` to each object says what it was at `at`.
+        let mut then: BTreeMap<ObjKey, Option<Arc<Value>>> = BTreeMap::new();
+        for e in self.history_after(at).filter(|e| e.res == *res) {
+            let key = key_of(&e.obj);
+            if ns.is_some_and(|n| n != key.0) || after.is_some_and(|a| key <= *a) {
+                continue;
+            }
+            then.entry(key).or_insert_with(|| match e.etype {
+                EventType::Added => None,
+                EventType::Modified | EventType::Deleted => e.prev.clone(),
+            });
+        }
+        Some(Box::new(AsOf {
+            now: self.range(res, ns, after).peekable(),
+            then: then.into_iter().peekable(),
+        }))
     }
 
     pub fn history_after(&self, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {
@@ -134,6 +212,38 @@ impl Store {
                     .next()
                     .is_none_or(|(k, _)| k.0 != ns)
             })
+    }
+}
+
+/// Two key-ordered streams merged: the current objects, overridden by what changed since.
+struct AsOf<'a, I: Iterator<Item = (&'a ObjKey, &'a Arc<Value>)>> {
+    now: Peekable<I>,
+    then: Peekable<std::collections::btree_map::IntoIter<ObjKey, Option<Arc<Value>>>>,
+}
+
+impl<'a, I: Iterator<Item = (&'a ObjKey, &'a Arc<Value>)>> Iterator for AsOf<'a, I> {
+    type Item = (ObjKey, Arc<Value>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let take_then = match (self.now.peek(), self.then.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((k, _)), Some((t, _))) => t <= *k,
+            };
+            if !take_then {
+                let (k, v) = self.now.next().expect("peeked");
+                return Some((k.clone(), v.clone()));
+            }
+            let (key, was) = self.then.next().expect("peeked");
+            if self.now.peek().is_some_and(|(k, _)| **k == key) {
+                self.now.next();
+            }
+            if let Some(v) = was {
+                return Some((key, v));
+            }
+        }
     }
 }
 
@@ -212,14 +322,14 @@ impl<'a> Txn<'a> {
         meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
         let key = key_of(&last);
         let prev = self.store.objects.get_mut(res).and_then(|m| m.remove(&key));
-        self.undo.push((res.clone(), key.clone(), prev));
+        self.undo.push((res.clone(), key.clone(), prev.clone()));
         let last = Arc::new(last);
         self.events.push(Arc::new(WatchEvent {
             rv,
             res: res.clone(),
             etype: EventType::Deleted,
             obj: last.clone(),
-            prev: None,
+            prev,
         }));
         if !key.0.is_empty() && *res != namespaces_key() {
             self.finish_namespace_if_drained(&key.0);
@@ -245,16 +355,14 @@ impl<'a> Txn<'a> {
     pub fn commit(mut self) {
         self.committed = true;
         let events = std::mem::take(&mut self.events);
+        let now = Instant::now();
         for e in events {
             self.store.history.push_back(e.clone());
+            self.store.history_times.push_back(now);
             // No receivers is normal (nobody watching); the event is still in history.
             let _ = self.store.tx.send(e);
         }
-        while self.store.history.len() > self.store.history_cap {
-            if let Some(e) = self.store.history.pop_front() {
-                self.store.compacted_through = e.rv;
-            }
-        }
+        self.store.trim_history();
     }
 }
 

@@ -6,6 +6,7 @@
 //! bounded history gets what the apiserver sends: HTTP 200 and a single ERROR event with a 410
 //! Expired Status (kube's watcher relists on that; an HTTP 410 would make it retry forever).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,8 +54,10 @@ fn line(etype: &str, object: &Value) -> Bytes {
     Bytes::from(buf)
 }
 
-/// Decides what a watcher with these selectors sees for an event.
-fn translate<'a>(req: &WatchRequest, ev: &'a WatchEvent) -> Option<(EventType, &'a Value)> {
+/// Decides what a watcher with these selectors sees for an event. An object that stops
+/// matching is DELETED as the watcher last saw it (under the event's resourceVersion), as the
+/// watch cache does; one that starts matching is ADDED.
+fn translate<'a>(req: &WatchRequest, ev: &'a WatchEvent) -> Option<(EventType, Cow<'a, Value>)> {
     if ev.res != req.key {
         return None;
     }
@@ -69,13 +72,18 @@ fn translate<'a>(req: &WatchRequest, ev: &'a WatchEvent) -> Option<(EventType, &
         EventType::Modified => {
             let before = ev.prev.as_deref().is_some_and(m);
             match (before, now) {
-                (true, true) => Some((EventType::Modified, &ev.obj)),
-                (false, true) => Some((EventType::Added, &ev.obj)),
-                (true, false) => Some((EventType::Deleted, &ev.obj)),
+                (true, true) => Some((EventType::Modified, Cow::Borrowed(&*ev.obj))),
+                (false, true) => Some((EventType::Added, Cow::Borrowed(&*ev.obj))),
+                (true, false) => {
+                    let mut last = ev.prev.as_deref().cloned().unwrap_or_default();
+                    crate::meta::meta_mut(&mut last)
+                        .insert("resourceVersion".into(), json!(ev.rv.to_string()));
+                    Some((EventType::Deleted, Cow::Owned(last)))
+                }
                 (false, false) => None,
             }
         }
-        t => now.then_some((t, &*ev.obj)),
+        t => now.then_some((t, Cow::Borrowed(&*ev.obj))),
     }
 }
 
@@ -132,7 +140,7 @@ pub(crate) fn respond(
         for ev in &initial {
             if let Some((t, obj)) = translate(&req, ev)
                 && tx
-                    .send(Ok(line(t.as_str(), &(req.render)(obj))))
+                    .send(Ok(line(t.as_str(), &(req.render)(&obj))))
                     .await
                     .is_err()
             {
@@ -188,7 +196,7 @@ pub(crate) fn respond(
                         }
                         last_rv = ev.rv;
                         if let Some((t, obj)) = translate(&req, &ev)
-                            && tx.send(Ok(line(t.as_str(), &(req.render)(obj)))).await.is_err()
+                            && tx.send(Ok(line(t.as_str(), &(req.render)(&obj)))).await.is_err()
                         {
                             return;
                         }

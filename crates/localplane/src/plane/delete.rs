@@ -8,6 +8,7 @@ use kube::core::response::{StatusDetails, StatusSummary};
 use serde_json::{Value, json};
 
 use super::Plane;
+use super::read::{ListQuery, ListResult};
 use crate::error::{ApiError, status_json};
 use crate::hooks::{Caller, ResourceKey, StorageHooks};
 use crate::meta;
@@ -85,6 +86,44 @@ impl Plane {
             txn.commit();
         }
         Ok(out)
+    }
+}
+
+impl Plane {
+    /// DELETE of a collection: every object the list's selectors match, each deleted as its own
+    /// DELETE would be (preconditions, finalizers, hooks, one event each). Answers with the
+    /// list as it was read; the first failure, if any, after trying them all.
+    pub(crate) fn delete_collection(
+        &self,
+        def: &Arc<ResourceDef>,
+        ns: Option<&str>,
+        q: &ListQuery<'_>,
+        opts: &DeleteOpts,
+        caller: &Caller,
+    ) -> Result<ListResult, ApiError> {
+        if def.key() == namespaces_key() {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        let listed = self.list(def, ns, q)?;
+        let mut failed = None;
+        for obj in &listed.items {
+            let obj_ns = meta::str_at(obj, "/metadata/namespace");
+            let name = meta::str_at(obj, "/metadata/name");
+            let ns = def.namespaced.then_some(obj_ns);
+            match self.delete(def, ns, name, opts, caller) {
+                Ok(_) => {}
+                Err(e) if e.0.reason == "NotFound" => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(listed),
+        }
     }
 }
 

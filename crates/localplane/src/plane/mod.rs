@@ -20,6 +20,7 @@ use crate::resources::{Registry, ResourceDef};
 use crate::store::Store;
 
 pub(crate) use delete::DeleteOpts;
+pub(crate) use read::ListQuery;
 pub use tally::Tally;
 pub(crate) use write::{PatchKind, Target, WriteOpts};
 

@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use kube::core::response::{StatusCause, StatusDetails};
 use serde_json::{Value, json};
 
 use super::Plane;
-use crate::error::ApiError;
+use crate::error::{ApiError, FieldError, FieldErrorKind};
 use crate::hooks::ResourceKey;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -16,22 +18,184 @@ pub(crate) struct ListResult {
     pub items: Vec<Arc<Value>>,
     pub rv: u64,
     pub cont: Option<String>,
+    /// How many objects come after this page (sent only for a list without selectors).
+    pub remaining: Option<u64>,
 }
 
-/// A `continue` token: the list's resourceVersion and the key the next page starts after.
-fn encode_continue(rv: u64, key: &ObjKey) -> String {
-    hex::encode(json!([rv, key.0, key.1]).to_string())
+/// What a list asks for, from its query string.
+pub(crate) struct ListQuery<'a> {
+    pub labels: &'a LabelSelector,
+    pub fields: &'a FieldSelector,
+    pub limit: Option<usize>,
+    pub cont: Option<&'a str>,
+    pub resource_version: Option<&'a str>,
+    pub resource_version_match: Option<&'a str>,
 }
 
-fn decode_continue(token: &str) -> Result<(u64, ObjKey), ApiError> {
-    let bad = || {
-        ApiError::bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-        )
+/// The resourceVersion a read is served at.
+#[derive(Debug, Clone, PartialEq)]
+enum ReadAt {
+    /// The newest state (no resourceVersion, or `0`: any).
+    Latest,
+    /// At least this resourceVersion: the newest state, once it is that new.
+    NotOlderThan(u64),
+    /// Exactly this one, rebuilt from history.
+    Exact(u64),
+    /// A `continue` page: the snapshot the first page was read at (`None`: the newest state,
+    /// as after an expired token), after a key.
+    Continue(Option<u64>, ObjKey),
+}
+
+/// How long a read waits for a resourceVersion the plane has not reached, before answering
+/// "Too large resource version" (the watch cache's wait).
+pub(crate) const TOO_LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A `continue` token as the apiserver encodes one: base64url of
+/// `{"v":"meta.k8s.io/v1","rv":<rv>,"start":"<key>\u0000"}` (rv -1: continue at the newest state).
+fn encode_continue(rv: Option<u64>, key: &ObjKey) -> String {
+    use base64::Engine;
+    let start = if key.0.is_empty() {
+        format!("{}\0", key.1)
+    } else {
+        format!("{}/{}\0", key.0, key.1)
     };
-    let raw = hex::decode(token).map_err(|_| bad())?;
-    let v: (u64, String, String) = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    Ok((v.0, (v.1, v.2)))
+    let rv: i64 = rv.map(|r| r as i64).unwrap_or(-1);
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str, namespaced: bool) -> Result<(Option<u64>, ObjKey), ApiError> {
+    use base64::Engine;
+    let invalid = |why: &str| {
+        let mut m = "continue key is not valid".to_string();
+        if !why.is_empty() {
+            m.push_str(": ");
+            m.push_str(why);
+        }
+        ApiError::bad_request(m)
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|e| invalid(&e.to_string()))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| invalid(&e.to_string()))?;
+    if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+        return Err(invalid("server does not recognize this encoded key"));
+    }
+    let rv = v.get("rv").and_then(Value::as_i64).unwrap_or(0);
+    if rv == 0 || rv < -1 {
+        return Err(invalid(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
+    }
+    let start = v.get("start").and_then(Value::as_str).unwrap_or("");
+    let start = start.strip_suffix('\0').unwrap_or(start);
+    if start.is_empty() {
+        return Err(invalid("encoded start key empty (version meta.k8s.io/v1)"));
+    }
+    let key = match start.split_once('/') {
+        Some((ns, name)) if namespaced => (ns.to_string(), name.to_string()),
+        _ => (String::new(), start.to_string()),
+    };
+    Ok(((rv > 0).then_some(rv as u64), key))
+}
+
+fn parse_rv(s: &str) -> Result<u64, ApiError> {
+    s.parse::<u64>()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
+}
+
+/// `ListOptions` as the apiserver validates them, and the resourceVersion they ask for.
+fn read_at(q: &ListQuery<'_>, namespaced: bool) -> Result<ReadAt, ApiError> {
+    let rv = q.resource_version.filter(|r| !r.is_empty());
+    let cont = q.cont.filter(|c| !c.is_empty());
+    if let Some(m) = q.resource_version_match.filter(|m| !m.is_empty()) {
+        let mut errs = Vec::new();
+        if rv.is_none() {
+            errs.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if cont.is_some() {
+            errs.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if m != "Exact" && m != "NotOlderThan" {
+            errs.push(FieldError {
+                kind: FieldErrorKind::NotSupported,
+                field: "resourceVersionMatch".into(),
+                value: Some(format!("{m:?}")),
+                detail: r#"supported values: "Exact", "NotOlderThan", """#.into(),
+            });
+        }
+        if m == "Exact" && rv == Some("0") {
+            errs.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                r#"resourceVersionMatch "exact" is forbidden for resourceVersion "0""#,
+            ));
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", &errs));
+        }
+    }
+    if let Some(c) = cont {
+        if rv.is_some_and(|r| r != "0") {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        let (rv, key) = decode_continue(c, namespaced)?;
+        return Ok(ReadAt::Continue(rv, key));
+    }
+    let Some(rv) = rv.filter(|r| *r != "0") else {
+        return Ok(ReadAt::Latest);
+    };
+    let n = parse_rv(rv)?;
+    Ok(match q.resource_version_match.filter(|m| !m.is_empty()) {
+        Some("Exact") => ReadAt::Exact(n),
+        Some(_) => ReadAt::NotOlderThan(n),
+        // Without a match, a paged list reads exactly there (the legacy rule), an unpaged one
+        // at least there.
+        None if q.limit.is_some_and(|l| l > 0) => ReadAt::Exact(n),
+        None => ReadAt::NotOlderThan(n),
+    })
+}
+
+/// The 504 a read at a resourceVersion the plane has not reached gets.
+fn too_large(want: u64, current: u64) -> ApiError {
+    let mut e = ApiError::new(
+        504,
+        "Timeout",
+        format!("Timeout: Too large resource version: {want}, current: {current}"),
+    );
+    e.0.details = Some(StatusDetails {
+        name: String::new(),
+        group: String::new(),
+        kind: String::new(),
+        uid: String::new(),
+        causes: vec![StatusCause {
+            reason: "ResourceVersionTooLarge".into(),
+            message: "Too large resource version".into(),
+            field: String::new(),
+        }],
+        retry_after_seconds: 1,
+    });
+    e
+}
+
+/// The 410 for a `continue` token older than history: a new token in the Status continues at
+/// the newest state, which the message warns is no longer one consistent list.
+fn continue_expired(key: &ObjKey) -> ApiError {
+    let mut e = ApiError::expired(
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+    );
+    e.0.metadata = Some(ListMeta {
+        continue_: Some(encode_continue(None, key)),
+        ..Default::default()
+    });
+    e
 }
 
 impl Plane {
@@ -80,26 +244,85 @@ impl Plane {
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
+    /// The resourceVersion a read waits for before it can be answered, if it names one.
+    pub(crate) fn wants_rv(resource_version: Option<&str>, cont: Option<&str>) -> Option<u64> {
+        if cont.is_some_and(|c| !c.is_empty()) {
+            return None;
+        }
+        resource_version
+            .and_then(|r| r.parse::<u64>().ok())
+            .filter(|r| *r > 0)
+    }
+
+    /// Waits (at most [`TOO_LARGE_WAIT`]) until the plane reaches `rv`, as the watch cache
+    /// waits before answering that a resourceVersion is too large.
+    pub(crate) async fn wait_for_rv(&self, rv: u64) {
+        let mut rx = {
+            let st = self.read();
+            if st.store.rv() >= rv {
+                return;
+            }
+            st.store.subscribe()
+        };
+        let deadline = tokio::time::sleep(TOO_LARGE_WAIT);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                r = rx.recv() => match r {
+                    Ok(e) if e.rv >= rv => return,
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if self.resource_version() >= rv {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    /// GET of one object; a `resourceVersion` asks for at least that version of the plane.
+    pub(crate) fn get_at(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Arc<Value>, ApiError> {
+        if let Some(rv) = resource_version.filter(|r| !r.is_empty() && *r != "0") {
+            let want = parse_rv(rv)?;
+            let current = self.resource_version();
+            if want > current {
+                return Err(too_large(want, current));
+            }
+        }
+        self.get(def, ns, name)
+    }
+
     pub(crate) fn list(
         &self,
         def: &ResourceDef,
         ns: Option<&str>,
-        labels: &LabelSelector,
-        fields: &FieldSelector,
-        limit: Option<usize>,
-        cont: Option<&str>,
+        q: &ListQuery<'_>,
     ) -> Result<ListResult, ApiError> {
+        let at = read_at(q, def.namespaced)?;
         let st = self.read();
         let key = def.key();
-        let (rv, after) = match cont.filter(|c| !c.is_empty()) {
-            Some(c) => {
-                let (rv, k) = decode_continue(c)?;
-                (rv, Some(k))
+        let current = st.store.rv();
+        let (rv, after) = match &at {
+            ReadAt::Latest => (current, None),
+            ReadAt::NotOlderThan(n) | ReadAt::Exact(n) if *n > current => {
+                return Err(too_large(*n, current));
             }
-            None => (st.store.rv(), None),
+            ReadAt::NotOlderThan(_) => (current, None),
+            ReadAt::Exact(n) => (*n, None),
+            ReadAt::Continue(Some(n), k) => (*n, Some(k.clone())),
+            ReadAt::Continue(None, k) => (current, Some(k.clone())),
         };
-        let matches = |v: &Value| labels.matches(v) && fields.matches(v);
-        if let (Some(name), None) = (fields.pinned_name(), &after) {
+        let matches = |v: &Value| q.labels.matches(v) && q.fields.matches(v);
+        if let (Some(name), true) = (q.fields.pinned_name(), rv == current && after.is_none()) {
             // A name-pinned list (kubectl wait, get by name -w) is a lookup, not a scan.
             let items: Vec<Arc<Value>> = match ns {
                 Some(ns) => st.store.get(&key, ns, name).into_iter().cloned().collect(),
@@ -115,26 +338,37 @@ impl Plane {
                 items,
                 rv,
                 cont: None,
+                remaining: None,
             });
         }
-        let limit = limit.filter(|l| *l > 0);
+        let Some(objects) = st.store.range_at(&key, ns, after.as_ref(), rv) else {
+            return Err(match &at {
+                ReadAt::Continue(_, k) => continue_expired(k),
+                _ => ApiError::expired("The resourceVersion for the provided list is too old."),
+            });
+        };
+        let limit = q.limit.filter(|l| *l > 0);
         let mut items: Vec<Arc<Value>> = Vec::new();
         let mut cont_out = None;
-        for (_, v) in st.store.range(&key, ns, after.as_ref()) {
-            if !matches(v) {
-                continue;
-            }
+        let mut remaining = None;
+        let mut objects = objects.filter(|(_, v)| matches(v));
+        for (_, v) in objects.by_ref() {
             if limit.is_some_and(|l| items.len() == l) {
                 let last = key_of(items.last().expect("limit > 0"));
-                cont_out = Some(encode_continue(rv, &last));
+                cont_out = Some(encode_continue(Some(rv), &last));
+                let selected = !q.labels.is_empty() || !q.fields.is_empty();
+                if !selected {
+                    remaining = Some(1 + objects.count() as u64);
+                }
                 break;
             }
-            items.push(v.clone());
+            items.push(v);
         }
         Ok(ListResult {
             items,
             rv,
             cont: cont_out,
+            remaining,
         })
     }
 }

@@ -19,7 +19,7 @@ use crate::config::Identity;
 use crate::error::ApiError;
 use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
-use crate::plane::{DeleteOpts, PatchKind, Plane, Target, WriteOpts};
+use crate::plane::{DeleteOpts, ListQuery, PatchKind, Plane, Target, WriteOpts};
 use crate::rbac;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -150,6 +150,14 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     }
     if call.verb == Verb::Watch {
         return count.answer(watch(&count.shared, &call));
+    }
+    if matches!(call.verb, Verb::Get | Verb::List)
+        && let Some(rv) = Plane::wants_rv(
+            call.query.get("resourceVersion"),
+            call.query.get("continue"),
+        )
+    {
+        call.plane.wait_for_rv(rv).await;
     }
     let body = match read_bytes(body).await {
         Ok(b) => b,
@@ -303,8 +311,9 @@ fn apply(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         Verb::Update => update(call, body),
         Verb::Patch => patch(call, body),
         Verb::Delete => delete(call, body),
+        Verb::DeleteCollection => delete_collection(call, body),
         _ => Err(ApiError::method_not_allowed(
-            "localplane does not implement deletecollection",
+            "the server does not allow this method on the requested resource",
         )),
     }
 }
@@ -326,9 +335,12 @@ fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
 
 fn get(call: &Call) -> Result<Response, ApiError> {
     let (def, version) = (&call.def, call.path.version.as_str());
-    let obj = call
-        .plane
-        .get(def, call.path.namespace.as_deref(), call.name())?;
+    let obj = call.plane.get_at(
+        def,
+        call.path.namespace.as_deref(),
+        call.name(),
+        call.query.get("resourceVersion"),
+    )?;
     let obj = as_version(def, version, &obj);
     Ok(ok_json(&match call.shape {
         Shape::Full => obj.into_owned(),
@@ -346,18 +358,21 @@ fn get(call: &Call) -> Result<Response, ApiError> {
 fn list(call: &Call) -> Result<Response, ApiError> {
     let (def, version) = (&call.def, call.path.version.as_str());
     let (labels, fields) = selectors(&call.query)?;
-    let limit = call.query.get("limit").and_then(|l| l.parse().ok());
-    let res = call.plane.list(
-        def,
-        call.path.namespace.as_deref(),
-        &labels,
-        &fields,
-        limit,
-        call.query.get("continue"),
-    )?;
+    let q = ListQuery {
+        labels: &labels,
+        fields: &fields,
+        limit: call.query.get("limit").and_then(|l| l.parse().ok()),
+        cont: call.query.get("continue"),
+        resource_version: call.query.get("resourceVersion"),
+        resource_version_match: call.query.get("resourceVersionMatch"),
+    };
+    let res = call.plane.list(def, call.path.namespace.as_deref(), &q)?;
     let mut meta = json!({"resourceVersion": res.rv.to_string()});
     if let Some(c) = &res.cont {
         meta["continue"] = json!(c);
+    }
+    if let Some(n) = res.remaining {
+        meta["remainingItemCount"] = json!(n);
     }
     Ok(match call.shape {
         Shape::Table => {
@@ -501,6 +516,39 @@ fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.caller,
     )?;
     Ok(ok_json(&out))
+}
+
+/// DELETE on a collection (within one namespace for a namespaced kind, as the apiserver routes
+/// it), selected like a list; answered with the objects as they were.
+fn delete_collection(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let (def, version) = (&call.def, call.path.version.as_str());
+    if def.namespaced && call.path.namespace.is_none() {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let opts = delete_opts(body, call.write_opts().dry_run)?;
+    let (labels, fields) = selectors(&call.query)?;
+    let q = ListQuery {
+        labels: &labels,
+        fields: &fields,
+        limit: None,
+        cont: None,
+        resource_version: call.query.get("resourceVersion"),
+        resource_version_match: call.query.get("resourceVersionMatch"),
+    };
+    let res = call.plane.delete_collection(
+        def,
+        call.path.namespace.as_deref(),
+        &q,
+        &opts,
+        &call.caller,
+    )?;
+    let meta = json!({"resourceVersion": res.rv.to_string()});
+    Ok(json_response(
+        200,
+        list_body(def, version, &meta, &res.items),
+    ))
 }
 
 /// The `DeleteOptions` body, if any: preconditions and dry run.
