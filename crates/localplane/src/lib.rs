@@ -145,7 +145,7 @@
 //   kubeconfig, config                                             -> config, faults
 //   metrics     request and injected-fault counters                -> faults
 //   faults, meta                                                   -> error, locks
-//   error, hooks, locks, tls                                       (leaves)
+//   error, hooks, locks, tls, protobuf                             (leaves)
 //
 // Where new behaviour goes: a new verb or request parameter in server/resource.rs; a new rule for
 // what a write does to stored objects in plane/write.rs or plane/delete.rs; a resource with its
@@ -171,6 +171,7 @@ mod meta;
 mod metrics;
 mod openapi;
 mod plane;
+mod protobuf;
 mod rbac;
 mod resources;
 mod schema;

@@ -468,7 +468,7 @@ fn watch_render(
 }
 
 fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = parse_json(body)?;
+    let obj = decode_body(call, body)?;
     let created = call
         .plane
         .create(call.target(), obj, &call.caller, &call.write_opts())?;
@@ -476,7 +476,7 @@ fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = parse_json(body)?;
+    let obj = decode_body(call, body)?;
     let updated = call.plane.update(
         call.target(),
         call.name(),
@@ -582,6 +582,50 @@ async fn read_bytes(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))
+}
+
+/// A create or update body in the media type it was sent as: JSON (also when none is named),
+/// YAML, or, for the built-in kinds that have one, protobuf. Anything else is 415 with the
+/// types the kind accepts.
+fn decode_body(call: &Call, body: &[u8]) -> Result<Value, ApiError> {
+    let def = &call.def;
+    let protobuf = crate::protobuf::decodes(&def.group, &def.kind);
+    match call.content_type.as_str() {
+        "" | "application/json" => parse_json(body),
+        "application/yaml" => std::str::from_utf8(body)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_saphyr::from_str::<Value>(t).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+                    kind = def.kind,
+                    version = call.path.version
+                ))
+            }),
+        "application/vnd.kubernetes.protobuf" if protobuf => {
+            crate::protobuf::decode(&def.group, &def.kind, body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+                    kind = def.kind,
+                    version = call.path.version
+                ))
+            })
+        }
+        _ => {
+            let accepted = if protobuf {
+                "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+            } else {
+                "application/json, application/yaml"
+            };
+            Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: {accepted}"
+                ),
+            ))
+        }
+    }
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
