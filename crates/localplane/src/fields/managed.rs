@@ -248,7 +248,7 @@ fn strip_meta(set: &mut FieldSet) {
 
 /// Which top-level fields a write through one endpoint may own: the main resource of a kind
 /// with a status subresource never owns `status`, and the status subresource never owns `spec`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
     pub has_status: bool,
     pub status: bool,
@@ -312,19 +312,26 @@ fn take_from_others(
     }
 }
 
-/// Ownership after a create, update or non-apply patch by `manager`: the fields it set are
-/// now its own (taken from whoever owned them), removed fields are nobody's, and its entry's
-/// time moves only if it set something.
-pub fn record_update(
-    mut managed: Managed,
-    old: &Value,
-    new: &Value,
-    ty: Ty<'_>,
-    id: &ManagerId,
-    api_version: &str,
-    endpoint: Endpoint,
-    now: &str,
-) -> Managed {
+/// One write's manager: who, in which version, through which endpoint, when, over which type.
+pub struct Op<'a> {
+    pub ty: Ty<'a>,
+    pub id: &'a ManagerId,
+    pub api_version: &'a str,
+    pub endpoint: Endpoint,
+    pub now: &'a str,
+}
+
+/// Ownership after a create, update or non-apply patch: the fields the write set are now its
+/// manager's (taken from whoever owned them), removed fields are nobody's, and the manager's
+/// entry's time moves only if it set something.
+pub fn record_update(mut managed: Managed, old: &Value, new: &Value, op: &Op<'_>) -> Managed {
+    let Op {
+        ty,
+        id,
+        api_version,
+        endpoint,
+        now,
+    } = *op;
     let mut cmp = walk::compare(old, new, ty);
     cmp.retain_top(endpoint.keep());
     // The operation is an anonymous manager first: every owner, the same-named one included,
@@ -364,21 +371,23 @@ pub struct Applied {
     pub managed: Managed,
 }
 
-/// Server-side apply of `config` by `id` to `live` (managedFields removed): merge, remove what
-/// this applier stopped applying and nobody else owns, then take ownership, refusing (unless
-/// forced) to change what other managers own.
-#[allow(clippy::too_many_arguments)]
+/// Server-side apply of `config` by the op's manager to `live` (managedFields removed): merge,
+/// remove what this applier stopped applying and nobody else owns, then take ownership,
+/// refusing (unless forced) to change what other managers own.
 pub fn apply(
     mut managed: Managed,
     live: &Value,
     config: &Value,
-    ty: Ty<'_>,
-    id: &ManagerId,
-    api_version: &str,
-    endpoint: Endpoint,
+    op: &Op<'_>,
     force: bool,
-    now: &str,
 ) -> Result<Applied, ApplyError> {
+    let Op {
+        ty,
+        id,
+        api_version,
+        endpoint,
+        now,
+    } = *op;
     let mut config_set = walk::to_set(config, ty).map_err(ApplyError::Typed)?;
     config_set.retain_top(endpoint.keep());
     let merged = walk::merge(Some(live), Some(config), ty).unwrap_or_else(|| json!({}));
@@ -511,6 +520,16 @@ mod tests {
         }
     }
 
+    fn op<'a>(ty: Ty<'a>, id: &'a ManagerId, now: &'a str) -> Op<'a> {
+        Op {
+            ty,
+            id,
+            api_version: "x/v1",
+            endpoint: ep(),
+            now,
+        }
+    }
+
     fn base() -> Value {
         json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n"}})
     }
@@ -534,11 +553,7 @@ mod tests {
             Managed::default(),
             &json!({}),
             &with(json!({"a": "1", "b": "1"})),
-            ty,
-            &creator,
-            "x/v1",
-            ep(),
-            NOW,
+            &op(ty, &creator, NOW),
         );
         assert_eq!(
             fields_of(&m, &creator).unwrap(),
@@ -549,11 +564,7 @@ mod tests {
             m,
             &with(json!({"a": "1", "b": "1"})),
             &with(json!({"a": "2", "b": "1", "c": "3"})),
-            ty,
-            &ctl,
-            "x/v1",
-            ep(),
-            LATER,
+            &op(ty, &ctl, LATER),
         );
         assert_eq!(
             fields_of(&m, &ctl).unwrap(),
@@ -569,11 +580,7 @@ mod tests {
             m.clone(),
             &with(json!({"a": "2", "b": "1", "c": "3"})),
             &with(json!({"a": "2", "b": "1", "c": "3"})),
-            ty,
-            &ctl,
-            "x/v1",
-            ep(),
-            "2030-01-01T00:00:00Z",
+            &op(ty, &ctl, "2030-01-01T00:00:00Z"),
         );
         assert_eq!(again.encode(), m.encode());
         let enc = m.encode().unwrap();
@@ -594,12 +601,8 @@ mod tests {
             Managed::default(),
             &json!({}),
             &cfg1,
-            ty,
-            &a,
-            "x/v1",
-            ep(),
+            &op(ty, &a, NOW),
             false,
-            NOW,
         )
         .ok()
         .unwrap();
@@ -610,12 +613,8 @@ mod tests {
             r.managed.clone(),
             &live,
             &with(json!({"a": "1"})),
-            ty,
-            &b,
-            "x/v1",
-            ep(),
+            &op(ty, &b, LATER),
             false,
-            LATER,
         )
         .ok()
         .unwrap();
@@ -629,12 +628,8 @@ mod tests {
             r2.managed.clone(),
             &live,
             &with(json!({"a": "2"})),
-            ty,
-            &b,
-            "x/v1",
-            ep(),
+            &op(ty, &b, LATER),
             false,
-            LATER,
         ) else {
             panic!("expected a conflict");
         };
@@ -652,12 +647,8 @@ mod tests {
             r2.managed.clone(),
             &live,
             &with(json!({"a": "2"})),
-            ty,
-            &b,
-            "x/v1",
-            ep(),
+            &op(ty, &b, LATER),
             true,
-            LATER,
         )
         .ok()
         .unwrap();
@@ -672,12 +663,8 @@ mod tests {
             forced.managed.clone(),
             &forced.object,
             &with(json!({"items": [{"name": "x", "v": "1"}]})),
-            ty,
-            &a,
-            "x/v1",
-            ep(),
+            &op(ty, &a, LATER),
             false,
-            LATER,
         )
         .ok()
         .unwrap();
@@ -707,8 +694,6 @@ mod tests {
 
     #[test]
     fn more_than_ten_updaters_fold_into_ancient_changes() {
-        let s = schema();
-        let ty = Ty::root(Some(&s));
         let mut m = Managed::default();
         let mut obj = with(json!({}));
         for i in 0..12 {
@@ -720,15 +705,10 @@ mod tests {
                 m,
                 &obj,
                 &next,
-                Ty::Deduced,
-                &id,
-                "x/v1",
-                ep(),
-                &format!("2026-01-01T00:00:{i:02}Z"),
+                &op(Ty::Deduced, &id, &format!("2026-01-01T00:00:{i:02}Z")),
             );
             obj = next;
         }
-        let _ = ty;
         let enc = m.encode().unwrap();
         let names: Vec<&str> = enc
             .as_array()

@@ -168,17 +168,19 @@ impl Writer<'_> {
                 &zero
             }
         };
-        let out = managed::record_update(
-            start,
-            before,
-            new,
-            root_ty(self.def, self.version),
-            &self.id(Operation::Update),
-            &self.api_version(),
-            endpoint(self.def, self.status),
-            &meta::now_rfc3339(),
-        )
-        .encode();
+        let (id, api_version, now) = (
+            self.id(Operation::Update),
+            self.api_version(),
+            meta::now_rfc3339(),
+        );
+        let op = managed::Op {
+            ty: root_ty(self.def, self.version),
+            id: &id,
+            api_version: &api_version,
+            endpoint: endpoint(self.def, self.status),
+            now: &now,
+        };
+        let out = managed::record_update(start, before, new, &op).encode();
         if let Some(list) = &out {
             self.check_entries(new, list)?;
         }
@@ -231,18 +233,19 @@ impl Writer<'_> {
             .cloned()
             .unwrap_or_else(|| json!({"apiVersion": config["apiVersion"], "kind": kind}));
         meta::meta_mut(&mut live_obj).remove("managedFields");
-        let ty = root_ty(def, self.version);
-        let applied = managed::apply(
-            start,
-            &live_obj,
-            config,
-            ty,
-            &self.id(Operation::Apply),
-            &self.api_version(),
-            endpoint(def, self.status),
-            force,
-            &meta::now_rfc3339(),
-        )
+        let (id, api_version, now) = (
+            self.id(Operation::Apply),
+            self.api_version(),
+            meta::now_rfc3339(),
+        );
+        let op = managed::Op {
+            ty: root_ty(def, self.version),
+            id: &id,
+            api_version: &api_version,
+            endpoint: endpoint(def, self.status),
+            now: &now,
+        };
+        let applied = managed::apply(start, &live_obj, config, &op, force)
         .map_err(|e| match e {
             ApplyError::Typed(errs) => {
                 let ns = meta::str_at(config, "/metadata/namespace");

@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn fields_sort_before_keys_values_and_indices() {
-        let mut v = vec![
+        let mut v = [
             Pe::Index(0),
             Pe::Value(json!("a")),
             Pe::Key(vec![("n".into(), json!("a"))]),

@@ -207,12 +207,13 @@ fn compare_node(
         Some(Value::Array(a)) => !a.is_empty() && !matches!(ty.list(), ListRel::Atomic),
         _ => false,
     };
-    let same_kind = match (old, new) {
+    let same_kind = matches!(
+        (old, new),
         (Some(Value::Object(_)), Some(Value::Object(_)))
-        | (Some(Value::Array(_)), Some(Value::Array(_))) => true,
-        (None, Some(_)) | (Some(_), None) => true,
-        _ => false,
-    };
+            | (Some(Value::Array(_)), Some(Value::Array(_)))
+            | (None, Some(_))
+            | (Some(_), None)
+    );
     let descend = same_kind && (container(old) || container(new));
     if !descend {
         match (old, new) {

@@ -433,7 +433,8 @@ impl Plane {
         self.finish_update(&mut guard, t, old, obj, caller, opts)
     }
 
-    /// PATCH in any of the four patch types; a server-side apply of an absent object creates it.
+    /// PATCH in any of the four patch types; a server-side apply of an absent object creates it
+    /// (the flag says so: the apiserver answers such an apply 201).
     pub(crate) fn patch(
         &self,
         t: Target<'_>,
@@ -442,7 +443,7 @@ impl Plane {
         body: &[u8],
         caller: &Caller,
         opts: &WriteOpts,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<(Value, bool), ApiError> {
         let Target {
             def,
             version,
@@ -502,7 +503,9 @@ impl Plane {
                 }
                 let (mut obj, _) = applier.apply(None, &patch_value, force)?;
                 meta::meta_mut(&mut obj).remove("resourceVersion");
-                return self.create(t, obj, caller, &applied_opts);
+                return self
+                    .create(t, obj, caller, &applied_opts)
+                    .map(|v| (v, true));
             }
             return Err(ApiError::not_found(&def.group, &def.plural, name));
         };
@@ -543,6 +546,7 @@ impl Plane {
         }
         let opts = if apply { &applied_opts } else { opts };
         self.finish_update(&mut guard, t, old, new, caller, opts)
+            .map(|v| (v, false))
     }
 
     /// The shared tail of PUT and PATCH, under the write lock: status separation, immutable

@@ -495,7 +495,7 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchKind::Apply,
         other => return Err(ApiError::unsupported_media_type(other)),
     };
-    let patched = call.plane.patch(
+    let (patched, created) = call.plane.patch(
         call.target(),
         call.name(),
         kind,
@@ -503,7 +503,10 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.caller,
         &call.write_opts(),
     )?;
-    Ok(ok_json(&patched))
+    Ok(json_response(
+        if created { 201 } else { 200 },
+        json_body(&patched),
+    ))
 }
 
 fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {

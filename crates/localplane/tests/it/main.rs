@@ -8,3 +8,5 @@ mod ipam_http;
 mod ipam_kubectl;
 mod kube_conformance;
 mod kubectl;
+mod lists;
+mod ownership;
