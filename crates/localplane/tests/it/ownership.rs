@@ -52,6 +52,15 @@ fn shard() -> EgressShard {
     )
 }
 
+/// Returns once the clock has reached a second after `time` (an RFC 3339 managedFields time),
+/// so that a write recorded now would carry a different time.
+async fn next_second(time: &str) {
+    let then: jiff::Timestamp = time.parse().unwrap();
+    while jiff::Timestamp::now().as_second() <= then.as_second() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 fn post(manager: &str) -> PostParams {
     PostParams {
         dry_run: false,
@@ -92,7 +101,9 @@ async fn every_write_records_its_manager_and_an_unchanged_write_changes_nothing(
         "the creator still owns what nobody changed"
     );
 
-    // The same PUT again changes nothing: no new resourceVersion, no new time.
+    // The same PUT again, in a later second, changes nothing: no new resourceVersion, no new
+    // time.
+    next_second(entry(&updated, "ctl").unwrap()["time"].as_str().unwrap()).await;
     let again = api.replace("s1", &post("ctl"), &updated).await.unwrap();
     assert_eq!(again.resource_version(), updated.resource_version());
     assert_eq!(managed(&again), managed(&updated));
