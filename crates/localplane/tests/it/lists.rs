@@ -451,3 +451,40 @@ async fn a_selector_watch_sees_an_object_leave_as_it_last_saw_it() {
     }
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_malformed_label_selector_is_a_bad_request() {
+    let lp = serve(builder()).await;
+    let client = lp.http_client("cell", ADMIN).unwrap();
+    let api = widgets(client);
+    for (sel, msg) in [
+        ("team=a=b", "found '=', expected: ',' or 'end of string'"),
+        (
+            "team in a",
+            "unable to parse requirement: found 'a' expected: '('",
+        ),
+        (
+            "size>big",
+            "unable to parse requirement: values[0]: Invalid value: \"big\": for 'Gt', 'Lt' operators, the value must be an integer",
+        ),
+    ] {
+        let err = api_err(
+            api.list(&ListParams::default().labels(sel))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(
+            (err.code, err.reason.as_str(), err.message.as_str()),
+            (400, "BadRequest", msg),
+            "{sel}"
+        );
+        let err = api_err(
+            api.watch(&WatchParams::default().labels(sel), "0")
+                .await
+                .err()
+                .expect("a watch with it is refused too"),
+        );
+        assert_eq!(err.code, 400, "{sel}");
+    }
+    lp.shutdown().await;
+}

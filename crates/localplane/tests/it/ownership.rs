@@ -576,3 +576,39 @@ async fn status_is_applied_through_its_subresource_and_merged_by_condition_type(
     assert_eq!(g.data["spec"]["replicas"], 1);
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_list_map_refuses_two_items_with_one_key() {
+    let lp = serve(builder()).await;
+    let client = lp.http_client("cell", ADMIN).unwrap();
+    let api: Api<EgressShard> = Api::namespaced(client, "ns1");
+    api.create(&post("creator"), &shard()).await.unwrap();
+    let cond = |status: &str| {
+        json!({"type": "Programmed", "status": status, "reason": "R", "message": "m",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let err = api_err(
+        api.patch_status(
+            "s1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [cond("True"), cond("False")]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        err.message,
+        r#"EgressShard.network.datumapis.com "s1" is invalid: status.conditions[1]: Duplicate value: map[string]interface {}{"lastTransitionTime":"2026-01-01T00:00:00Z", "message":"m", "reason":"R", "status":"False", "type":"Programmed"}"#
+    );
+    assert_eq!(err.details.unwrap().causes[0].reason, "FieldValueDuplicate");
+    // One item per key is fine.
+    api.patch_status(
+        "s1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": [cond("True")]}})),
+    )
+    .await
+    .unwrap();
+    lp.shutdown().await;
+}
