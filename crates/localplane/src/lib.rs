@@ -6,9 +6,12 @@
 //!
 //! * kinds from CRDs (YAML files or [`CustomResourceDefinition`](k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
 //!   values) plus built-in Namespace, Lease, Event (`v1` and `events.k8s.io/v1`) and the RBAC kinds;
-//! * get/list (label and field selectors, `limit`/`continue`), create, PUT, merge/JSON patch,
-//!   server-side apply as create-or-merge (no field ownership), delete with finalizers and with
-//!   `DeleteOptions.preconditions` (`uid`, `resourceVersion`);
+//! * get/list (label selectors parsed and refused as `labels.Parse` does, field selectors,
+//!   `limit`/`continue`), create, PUT, merge/JSON patch, server-side apply, delete with
+//!   finalizers and with `DeleteOptions.preconditions` (`uid`, `resourceVersion`), and
+//!   `deletecollection` (below);
+//! * request bodies in JSON, YAML, or protobuf for the built-in kinds kubectl and client-go send
+//!   that way (kubectl never retries a refused protobuf body as JSON);
 //! * server-managed metadata (uid, creationTimestamp, one monotonic resourceVersion per plane,
 //!   generation on spec changes), 409 on stale resourceVersions, status subresource separation,
 //!   unchanged writes as no-ops;
@@ -52,6 +55,37 @@
 //! running.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # Field ownership and server-side apply
+//!
+//! Every create, update, patch and apply records `metadata.managedFields` as the apiserver's
+//! field manager does: one entry per manager (the `fieldManager` parameter, else the
+//! User-Agent up to its first `/`; kube-rs sends none, so its entries have no manager), with
+//! `operation` `Update` or `Apply`, `apiVersion`, `time` (moved only when the manager changed
+//! something), `fieldsType: FieldsV1`, the `FieldsV1` set, and `subresource: status` for status
+//! writes; at most ten `Update` entries, older ones merged into `ancient-changes`. An apply
+//! merges by the schema's list-map keys and sets (`x-kubernetes-list-type`,
+//! `x-kubernetes-list-map-keys`, key defaults; for built-in kinds the markers of their Go types,
+//! such as `containers` and `env` by `name`), refuses to change another manager's fields with
+//! the apiserver's 409 (`Apply failed with N conflicts: ...`, causes of type
+//! `FieldManagerConflict`) unless `force=true`, and removes what an applier stops applying when
+//! no other manager owns it. `managedFields` sent in a request replace the stored ones, an
+//! empty list (or one empty entry) clears them, unreadable ones are ignored, and in an apply
+//! they are refused (400). Metadata-only and Table responses carry them, as the apiserver's do.
+//!
+//! # Lists
+//!
+//! `resourceVersion` with `resourceVersionMatch` (`NotOlderThan`, `Exact`, unset: exact for a
+//! paged list) as the apiserver validates and serves them: a version the plane has not reached
+//! waits as the watch cache waits (3 s), then gets 504 `Too large resource version` with
+//! `retryAfterSeconds`; an `Exact` read older than history is 410. `continue` pages are read at
+//! the first page's resourceVersion, rebuilt from history (kept at least five minutes, the
+//! apiserver's compaction interval, and at least the watch window); an expired token is 410 with
+//! a token in the Status that continues at the newest state; pages of an unselected list carry
+//! `remainingItemCount`. `deletecollection` deletes what a list with the same selectors returns,
+//! each object as its own DELETE would (preconditions, finalizers, hooks, events), and answers
+//! with that list. A watch with a selector sees an object that stops matching as DELETED in the
+//! state it last saw, and one that starts matching as ADDED.
 //!
 //! # Server-side behaviour (hooks)
 //!
@@ -109,11 +143,16 @@
 //!
 //! # Differences from a real apiserver
 //!
-//! No field ownership (`managedFields`) for server-side apply, no strategic-merge list semantics
-//! (strategic merge patches of built-ins are merge patches), no garbage collection of owner
-//! references, no conversion between CRD versions, no CEL cost limits or validation ratcheting,
-//! no `deletecollection`, no protobuf, and a `continue` token pages over current state rather
-//! than a snapshot. A precondition mismatch is always worded as the storage layer words it; the
+//! No strategic-merge list semantics (strategic merge patches of built-ins are merge patches), no
+//! garbage collection of owner references, no conversion between CRD versions (nor of
+//! managedFields sets between versions), no CEL cost limits or validation ratcheting. The
+//! ownership markers of built-in kinds cover the kinds served and the common ones (pod
+//! templates, services); an unlisted struct is treated as untyped. Server-side apply does not
+//! upgrade client-side apply's `last-applied-configuration` ownership. Protobuf is decoded for
+//! namespaces, RBAC, leases, events, service accounts, config maps and secrets; any other
+//! protobuf body is 415, and answers are always JSON (which every client also accepts). A watch
+//! from a resourceVersion the plane has not reached does not wait for it. A precondition
+//! mismatch is always worded as the storage layer words it; the
 //! apiserver's earlier admission check (`the UID in the precondition (..) does not match the UID
 //! in record (..)`, details kind = the Kind) is not reproduced. The cell has no `kube-public`
 //! or `kube-node-lease` namespaces, and `kube-system` holds nothing.
