@@ -655,3 +655,60 @@ pub fn zero_object(group: &str, kind: &str) -> Value {
         _ => json!({}),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fields::walk;
+
+    #[test]
+    fn a_deployments_containers_and_env_merge_by_name() {
+        let ty = Ty::root(builtin_schema("apps", "Deployment"));
+        let live = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": "app:1", "env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 80}]},
+            {"name": "sidecar", "image": "side:1"},
+        ]}}}});
+        let config = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "env": [{"name": "B", "value": "2"}], "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}]},
+        ]}}}});
+        let merged = walk::merge(Some(&live), Some(&config), ty).unwrap();
+        let containers = &merged["spec"]["template"]["spec"]["containers"];
+        assert_eq!(
+            containers[1]["name"], "sidecar",
+            "a container by another name stays"
+        );
+        assert_eq!(containers[0]["image"], "app:1");
+        assert_eq!(
+            containers[0]["env"],
+            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
+        );
+        assert_eq!(
+            containers[0]["ports"],
+            json!([{"containerPort": 80, "protocol": "TCP", "name": "http"}]),
+            "a port without its protocol is the TCP one"
+        );
+        let set = walk::to_set(&config, ty).unwrap().to_fields_v1();
+        assert_eq!(
+            set["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"app\"}"]["f:env"],
+            json!({"k:{\"name\":\"B\"}": {".": {}, "f:name": {}, "f:value": {}}})
+        );
+        // Declared struct fields are not owned as a whole by an apply, so no `.` on them.
+        assert!(set["f:spec"].get(".").is_none());
+        assert!(set["f:spec"]["f:template"].get(".").is_none());
+    }
+
+    #[test]
+    fn object_meta_owns_finalizers_as_a_set_and_owner_references_by_uid() {
+        let ty = Ty::root(None);
+        let set = walk::to_set(
+            &json!({"metadata": {"finalizers": ["a"], "ownerReferences": [{"uid": "u1", "kind": "K", "name": "n", "apiVersion": "v1"}]}}),
+            ty,
+        )
+        .unwrap()
+        .to_fields_v1();
+        assert_eq!(
+            set["f:metadata"],
+            json!({"f:finalizers": {"v:\"a\"": {}}, "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}})
+        );
+    }
+}
