@@ -173,9 +173,9 @@ impl Proc {
         env: &[(&str, &str)],
         stderr: Option<Stdio>,
     ) -> Proc {
-        let cell = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        let cell = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
         // Milo's grant kubeconfig names the base URL; the controller appends the project path.
-        let ipam = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        let ipam = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
         let probe = free_port();
         let metrics = free_port();
         let mut c = command();
@@ -204,7 +204,7 @@ impl Proc {
             c.arg("--leader-elect");
         }
         // A file, not a pipe: nobody drains a pipe while the test runs, and a full one blocks.
-        let log = plane.dir.path().join(format!("{identity_env}.log"));
+        let log = plane.dir().join(format!("{identity_env}.log"));
         c.stderr(stderr.unwrap_or_else(|| std::fs::File::create(&log).unwrap().into()))
             .stdout(Stdio::null());
         Proc {
@@ -381,7 +381,7 @@ async fn leader_election_can_be_turned_off_from_the_environment() {
     assert!(body.contains("egress_address_leader 1"), "{body}");
     let leases = localplane::ResourceKey::new("coordination.k8s.io", "leases");
     assert!(
-        plane.lp.cell().objects(&leases, None).is_empty(),
+        plane.lp().cell().objects(&leases, None).is_empty(),
         "a lease was taken"
     );
     p.sigterm();

@@ -3,7 +3,6 @@
 //! claim that a live shard still holds.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
@@ -72,7 +71,7 @@ async fn two_cells_with_one_shard_name_get_two_addresses_and_keep_them() {
 async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
     let plane = Plane::start().await;
     // An IPAM that hands every claim the same address.
-    plane.add_platform_hook(Arc::new(RewriteCidr("2607:ed40:100::77/128".into())));
+    answer_claims_with(&plane, "2607:ed40:100::77/128");
     plane.create_shard("first").await;
     plane.create_shard("second").await;
     let ctl = start_controller(&plane, settings()).await;
@@ -121,7 +120,7 @@ async fn addresses_no_shard_may_carry_are_never_written() {
         ("64:ff9b::c000:201/128", "NAT64"),
     ] {
         let plane = Plane::start().await;
-        plane.add_platform_hook(Arc::new(RewriteCidr(answer.into())));
+        answer_claims_with(&plane, answer);
         let ctl = start_controller(&plane, settings()).await;
         plane.create_shard("odd").await;
         let note = eventually(10, "an UnusableAnswer event", || async {
@@ -138,7 +137,7 @@ async fn addresses_no_shard_may_carry_are_never_written() {
         assert!(shard.spec.shard_address_ipv6.is_empty(), "{answer} written");
         assert_eq!(
             plane
-                .lp
+                .lp()
                 .metrics()
                 .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
             0
@@ -221,7 +220,7 @@ async fn a_shard_recreated_under_its_name_gets_its_own_claim() {
         format!("{}/128", again.spec.shard_address_ipv6),
         claim.status.unwrap().allocated_cidr
     );
-    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+    let claims = plane.lp().project(PLATFORM).unwrap().objects(
         &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
         Some(CLAIM_NS),
     );
@@ -390,7 +389,7 @@ async fn a_standby_remembers_only_pending_releases_and_takes_over_without_replay
         .await
         .expect("the standby takes over");
     idle(&b).await;
-    let m = plane.lp.metrics();
+    let m = plane.lp().metrics();
     assert_eq!(
         m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
         0,
@@ -435,7 +434,7 @@ async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
         .await
         .unwrap();
     eventually(10, "a release on its way", || async {
-        (plane.lp.metrics().injected_faults().delayed_commits >= 1).then_some(())
+        (plane.lp().metrics().injected_faults().delayed_commits >= 1).then_some(())
     })
     .await;
     // The shard comes back under its name while the release is still on its way.
@@ -448,7 +447,7 @@ async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
     .await;
     // Every late delete lands (each carries the UID of the claim it meant).
     eventually(20, "every delayed delete landed", || async {
-        let m = plane.lp.metrics();
+        let m = plane.lp().metrics();
         let landed = m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims"));
         (landed == m.injected_faults().delayed_commits).then_some(())
     })
@@ -496,8 +495,8 @@ async fn a_claim_whose_answer_was_lost_is_found_and_used_once() {
         claim.status.unwrap().allocated_cidr,
         format!("{}/128", shard.spec.shard_address_ipv6)
     );
-    assert!(plane.lp.metrics().injected_faults().after_apply.reset >= 1);
-    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+    assert!(plane.lp().metrics().injected_faults().after_apply.reset >= 1);
+    let claims = plane.lp().project(PLATFORM).unwrap().objects(
         &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
         Some(CLAIM_NS),
     );

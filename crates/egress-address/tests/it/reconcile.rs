@@ -1,7 +1,6 @@
 //! Every reconcile rule of issue 5, against localplane over HTTP.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
@@ -212,7 +211,7 @@ async fn a_failed_read_releases_nothing() {
     // The live confirmation fails, over and over: the claim must survive all of it.
     eventually(10, "the confirmation retried", || async {
         (plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 500)
             >= 3)
@@ -225,7 +224,7 @@ async fn a_failed_read_releases_nothing() {
     );
     assert_eq!(
         plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
         0
@@ -292,7 +291,7 @@ async fn assert_refused(plane: &Plane, shard: &str, event: &str) {
     assert!(label(&s).is_none());
     assert_eq!(
         plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
         0,
@@ -303,7 +302,7 @@ async fn assert_refused(plane: &Plane, shard: &str, event: &str) {
 #[tokio::test]
 async fn an_unbound_claim_is_pending_and_writes_nothing() {
     let plane = Plane::start().await;
-    plane.add_platform_hook(Arc::new(RewriteCidr(String::new())));
+    answer_claims_with(&plane, "");
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("waiting").await;
     assert_refused(&plane, "waiting", "ClaimPending").await;
@@ -319,7 +318,7 @@ async fn an_unbound_claim_is_pending_and_writes_nothing() {
 #[tokio::test]
 async fn an_unusable_answer_is_refused() {
     let plane = Plane::start().await;
-    plane.add_platform_hook(Arc::new(RewriteCidr("198.51.100.7/32".into())));
+    answer_claims_with(&plane, "198.51.100.7/32");
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("odd").await;
     assert_refused(&plane, "odd", "UnusableAnswer").await;
@@ -582,7 +581,7 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
     plane.create_shard("raced").await;
     eventually(10, "a refused update", || async {
         (plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "update" && k.code == 409)
             >= 1)
@@ -598,7 +597,7 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
         claim.status.unwrap().allocated_cidr,
         "the retry used the claim it had already made"
     );
-    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+    let claims = plane.lp().project(PLATFORM).unwrap().objects(
         &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
         Some(CLAIM_NS),
     );

@@ -23,7 +23,7 @@ fn assert_unaddressed(plane: &Plane, name: &str) {
 }
 
 fn bogus_client(plane: &Plane, plane_name: &str) -> Client {
-    let mut cfg = kube::Config::new(plane.lp.plane_url(plane_name).parse().unwrap());
+    let mut cfg = kube::Config::new(plane.lp().plane_url(plane_name).parse().unwrap());
     cfg.auth_info.token = Some("not-a-token".to_string().into());
     Client::try_from(cfg).unwrap()
 }
@@ -77,7 +77,7 @@ async fn a_failed_renewal_stops_writes_at_once() {
     assert_unaddressed(&plane, "during");
     assert_eq!(
         plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.resource.starts_with("ipclaims")),
         0,
@@ -246,7 +246,7 @@ async fn a_refused_ipam_credential_writes_nothing_and_turns_not_ready() {
     );
     assert_eq!(
         plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
         0
@@ -264,7 +264,7 @@ async fn a_renewal_is_one_write_without_a_read() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     plane.reset_counters();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let m = plane.lp.metrics();
+    let m = plane.lp().metrics();
     let puts = m.count(|k| k.resource.starts_with("leases") && k.verb == "update");
     let gets = m.count(|k| k.resource.starts_with("leases") && k.verb == "get");
     assert!(puts >= 3, "renewals: {puts}");
