@@ -112,6 +112,13 @@ impl Plane {
     pub fn work_request_total(&self) -> u64 {
         self.lp().metrics().count(is_work)
     }
+
+    /// Updates of shards anyone sent (answered or refused).
+    pub fn shard_updates(&self) -> u64 {
+        self.lp()
+            .metrics()
+            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards"))
+    }
 }
 
 pub fn is_work(k: &RequestKey) -> bool {
@@ -133,7 +140,6 @@ pub fn answer_claims_with(plane: &Plane, cidr: &str) {
     let cidr = cidr.to_string();
     plane.on_claim_create(move |claim| {
         localplane::testing::answer_claim(claim, &cidr);
-        Ok(())
     });
 }
 
@@ -144,7 +150,6 @@ pub fn inflate_claims(plane: &Plane, bytes: usize) {
         claim["status"]["conditions"] = json!([{"type": "Padding", "status": "True",
             "reason": "Padding", "message": "x".repeat(bytes),
             "lastTransitionTime": "2026-12-03T00:00:00Z"}]);
-        Ok(())
     });
 }
 

@@ -135,13 +135,7 @@ async fn addresses_no_shard_may_carry_are_never_written() {
         assert!(note.contains(why), "{answer}: {note}");
         let shard = plane.shard_now("odd").unwrap();
         assert!(shard.spec.shard_address_ipv6.is_empty(), "{answer} written");
-        assert_eq!(
-            plane
-                .lp()
-                .metrics()
-                .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
-            0
-        );
+        assert_eq!(plane.shard_updates(), 0);
         ctl.stop().await.unwrap();
     }
 }

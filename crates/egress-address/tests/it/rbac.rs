@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use egress_address::LeaderElection;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use localplane::Identity;
 use localplane::testing::workspace_root;
 
@@ -47,19 +47,9 @@ async fn the_shipped_grants_cover_every_request() {
     let ctl = start_controller_with(s, cell, ipam).await;
 
     // Claim, adopt a retained allocation, release, drift-check: every verb the controller uses.
-    let name = plane.claim_name("adopted");
-    let mut earlier = plane.desired_claim("adopted", "an-earlier-incarnation");
-    earlier.spec.reclaim_policy = "Retain".into();
     plane
-        .claims()
-        .create(&PostParams::default(), &earlier)
-        .await
-        .unwrap();
-    plane
-        .claims()
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+        .retain_address(&plane.desired_claim("adopted", "an-earlier-incarnation"))
+        .await;
 
     plane.create_shard("fresh").await;
     plane.create_shard("adopted").await;

@@ -7,7 +7,6 @@ use crate::common::*;
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
 };
-use egress_api::ipam::IPClaim;
 use egress_api::shard::{AddressClaimRef, LABEL_EGRESS_IPV6};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
@@ -239,19 +238,9 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     let plane = Plane::start().await;
     let name = plane.claim_name("reborn");
     // An earlier claim of the same identity, released under Retain, leaves its allocation held.
-    let mut earlier: IPClaim = plane.desired_claim("reborn", "an-earlier-incarnation");
-    earlier.spec.reclaim_policy = "Retain".into();
-    let earlier = plane
-        .claims()
-        .create(&PostParams::default(), &earlier)
-        .await
-        .unwrap();
-    let held = earlier.status.unwrap().allocated_cidr;
-    plane
-        .claims()
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    let held = plane
+        .retain_address(&plane.desired_claim("reborn", "an-earlier-incarnation"))
+        .await;
 
     let ctl = start_controller(&plane, settings()).await;
     plane.reset_counters();
@@ -289,14 +278,7 @@ async fn assert_refused(plane: &Plane, shard: &str, event: &str) {
     assert!(s.spec.shard_address_ipv6.is_empty(), "{reasons:?}");
     assert!(s.spec.shard_address_ipv6_claim_ref.is_none());
     assert!(label(&s).is_none());
-    assert_eq!(
-        plane
-            .lp()
-            .metrics()
-            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
-        0,
-        "a refusal writes nothing"
-    );
+    assert_eq!(plane.shard_updates(), 0, "a refusal writes nothing");
 }
 
 #[tokio::test]

@@ -244,13 +244,7 @@ async fn a_refused_ipam_credential_writes_nothing_and_turns_not_ready() {
             .shard_address_ipv6
             .is_empty()
     );
-    assert_eq!(
-        plane
-            .lp()
-            .metrics()
-            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
-        0
-    );
+    assert_eq!(plane.shard_updates(), 0);
     ctl.stop().await.unwrap();
 }
 

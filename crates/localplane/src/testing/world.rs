@@ -7,7 +7,6 @@ use egress_api::ipam::{IPAllocation, IPClaim};
 use egress_api::shard::EgressShard;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
-use kube::core::Status;
 use serde_json::Value;
 
 use super::fixtures::{ADMIN, claims_key, shard_object, shards_key};
@@ -162,6 +161,28 @@ impl World {
         Some(serde_json::from_value(v).expect("a stored claim decodes"))
     }
 
+    /// Leaves the address of `claim` held as a retained `IPAllocation`, as an earlier claim of the
+    /// same name released under `Retain` would: creates it with that policy over HTTP, deletes it,
+    /// and returns the CIDR it was bound to.
+    ///
+    /// # Panics
+    /// When IPAM refuses the claim or its delete.
+    pub async fn retain_address(&self, claim: &IPClaim) -> String {
+        let mut claim = claim.clone();
+        claim.spec.reclaim_policy = egress_api::ipam::RECLAIM_RETAIN.into();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let bound = self
+            .claims()
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap_or_else(|e| panic!("creating claim {name}: {e}"));
+        self.claims()
+            .delete(&name, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting claim {name}: {e}"));
+        bound.status.map(|s| s.allocated_cidr).unwrap_or_default()
+    }
+
     /// Creates shards `<prefix>-<i>` for `i` in `range` in `namespace` (created if missing),
     /// straight in the cell's store: no request, no watch lag of the seeding itself.
     pub fn seed_shards(&self, namespace: &str, prefix: &str, range: std::ops::Range<usize>) {
@@ -231,10 +252,7 @@ impl World {
     }
 
     /// Runs `f` on every new claim after IPAM bound it (see [`OnClaimCreate`]).
-    pub fn on_claim_create(
-        &self,
-        f: impl Fn(&mut Value) -> Result<(), Status> + Send + Sync + 'static,
-    ) {
+    pub fn on_claim_create(&self, f: impl Fn(&mut Value) + Send + Sync + 'static) {
         self.add_platform_hook(Arc::new(OnClaimCreate(f)));
     }
 

@@ -2,7 +2,7 @@
 //! expects: valid objects for their kinds, the right credential, a pod that refuses to start
 //! half-configured, and no grant it does not need.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
