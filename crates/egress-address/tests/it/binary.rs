@@ -341,12 +341,7 @@ async fn the_binary_end_to_end_with_a_restart() {
         },
     )
     .await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "a successor after the takeover");
     assert_eq!(plane.shard_now("before").unwrap().spec, a.spec);
     plane.create_shard("after").await;
     addressed(&plane, "after").await;

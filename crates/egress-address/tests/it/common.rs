@@ -77,6 +77,14 @@ impl Plane {
         egress_address::ipam::naming::claim_name(&self.cell_id(), SHARD_NS, shard)
     }
 
+    /// The claim the controller makes for a shard of this cell, read over HTTP.
+    pub async fn claim_for(&self, shard: &str) -> Option<IPClaim> {
+        self.claims()
+            .get_opt(&self.claim_name(shard))
+            .await
+            .unwrap()
+    }
+
     /// The claim the controller would make for one incarnation of a shard.
     pub fn desired_claim(&self, shard: &str, uid: &str) -> IPClaim {
         let cell = self.cell_id();
@@ -111,6 +119,17 @@ impl Plane {
 
     pub fn work_request_total(&self) -> u64 {
         self.lp().metrics().count(is_work)
+    }
+
+    /// Fails unless exactly `expected` requests did work since the counters were reset.
+    #[track_caller]
+    pub fn assert_work_requests(&self, expected: u64, what: &str) {
+        assert_eq!(
+            self.work_request_total(),
+            expected,
+            "{what}: {:#?}",
+            self.work_requests()
+        );
     }
 
     /// Updates of shards anyone sent (answered or refused).
@@ -218,6 +237,20 @@ pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
         stop: Some(tx),
         task: Some(task),
     }
+}
+
+/// A plane, a controller with [`settings`] running against it, and shard `name` it addressed.
+pub async fn with_addressed(name: &str) -> (Plane, Ctl, EgressShard) {
+    with_addressed_by(settings(), name).await
+}
+
+/// [`with_addressed`] with a controller of other settings.
+pub async fn with_addressed_by(settings: Settings, name: &str) -> (Plane, Ctl, EgressShard) {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings).await;
+    plane.create_shard(name).await;
+    let shard = addressed(&plane, name).await;
+    (plane, ctl, shard)
 }
 
 pub async fn addressed(plane: &Plane, name: &str) -> EgressShard {

@@ -101,10 +101,8 @@ async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
     assert!(ctl.metrics.claim_outcome_count("AddressInUse") >= 1);
     assert_eq!(ctl.metrics.shards_in("refused"), 1);
     let note = plane
-        .events_for(refused)
+        .event(refused, "AddressInUse")
         .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("AddressInUse"))
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains(&format!("{SHARD_NS}/{kept}")), "{note}");
@@ -125,10 +123,8 @@ async fn addresses_no_shard_may_carry_are_never_written() {
         plane.create_shard("odd").await;
         let note = eventually(10, "an UnusableAnswer event", || async {
             plane
-                .events_for("odd")
+                .event("odd", "UnusableAnswer")
                 .await
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("UnusableAnswer"))
                 .and_then(|e| e.note)
         })
         .await;
@@ -179,10 +175,7 @@ async fn a_failed_read_after_a_taken_name_is_retried_not_refused() {
 
 #[tokio::test]
 async fn a_shard_recreated_under_its_name_gets_its_own_claim() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("phoenix").await;
-    let first = addressed(&plane, "phoenix").await;
+    let (plane, ctl, first) = with_addressed("phoenix").await;
     ctl.stop().await.unwrap();
     // Deleted and created again while no controller ran: the earlier incarnation's claim is
     // still there under the same name.
@@ -271,12 +264,7 @@ async fn shards_addressed_by_the_go_controller_are_kept_and_released() {
 
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "the switch wrote: {:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "the switch wrote");
     plane.create_shard("new").await;
     let new = addressed(&plane, "new").await;
     let new_ref = new.spec.shard_address_ipv6_claim_ref.unwrap();

@@ -20,15 +20,22 @@ async fn reason_containing(ctl: &Ctl, text: &str) -> Vec<String> {
     .await
 }
 
-#[tokio::test]
-async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
-    let plane = Plane::start().await;
+/// The admin's cell kubeconfig mounted as a Secret in folder `name`, carrying a revoked token;
+/// and the good kubeconfig, to rotate to.
+fn revoked_secret(plane: &Plane, name: &str) -> (MountedSecret, String) {
     let good = plane.kubeconfig_text();
-    let mut secret = MountedSecret::new(
-        plane.dir().join("ipam-secret"),
+    let secret = MountedSecret::new(
+        plane.dir().join(name),
         "kubeconfig",
         &good.replace(ADMIN_TOKEN, REVOKED),
     );
+    (secret, good)
+}
+
+#[tokio::test]
+async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
+    let plane = Plane::start().await;
+    let (mut secret, good) = revoked_secret(&plane, "ipam-secret");
     let (ipam, follower) = following_ipam_client(&secret.path(), PLATFORM, Transport::default())
         .await
         .unwrap();
@@ -64,12 +71,7 @@ async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
 #[tokio::test]
 async fn a_rotated_cell_credential_is_picked_up_without_a_restart() {
     let plane = Plane::start().await;
-    let good = plane.kubeconfig_text();
-    let mut secret = MountedSecret::new(
-        plane.dir().join("cell-secret"),
-        "kubeconfig",
-        &good.replace(ADMIN_TOKEN, REVOKED),
-    );
+    let (mut secret, good) = revoked_secret(&plane, "cell-secret");
     let (cell, follower) = following_cell_client(Some(&secret.path()), Transport::default())
         .await
         .unwrap();

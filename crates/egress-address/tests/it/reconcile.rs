@@ -79,10 +79,7 @@ async fn a_new_shard_costs_exactly_two_requests() {
 
 #[tokio::test]
 async fn addressed_shards_and_an_idle_controller_cost_nothing() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("worker-1").await;
-    let shard = addressed(&plane, "worker-1").await;
+    let (plane, ctl, shard) = with_addressed("worker-1").await;
     settled(&ctl, &shard).await;
     ctl.stop().await.unwrap();
 
@@ -90,19 +87,9 @@ async fn addressed_shards_and_an_idle_controller_cost_nothing() {
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "a restart over addressed shards");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "idle: {:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "idle");
     ctl.stop().await.unwrap();
 }
 
@@ -156,32 +143,17 @@ async fn a_deleting_shard_is_left_alone() {
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "a start beside a shard being deleted");
     let after = plane.shard("draining").await;
     assert!(after.spec.shard_address_ipv6.is_empty());
     assert!(label(&after).is_none());
-    assert!(
-        plane
-            .claims()
-            .get_opt(&plane.claim_name("draining"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(plane.claim_for("draining").await.is_none());
     ctl.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_deleted_shard_has_its_claim_deleted() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("gone").await;
-    addressed(&plane, "gone").await;
+    let (plane, ctl, _) = with_addressed("gone").await;
     let name = plane.claim_name("gone");
     assert!(plane.claims().get_opt(&name).await.unwrap().is_some());
     plane
@@ -195,10 +167,7 @@ async fn a_deleted_shard_has_its_claim_deleted() {
 
 #[tokio::test]
 async fn a_failed_read_releases_nothing() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("kept").await;
-    let kept = addressed(&plane, "kept").await;
+    let (plane, ctl, kept) = with_addressed("kept").await;
     settled(&ctl, &kept).await;
     let name = plane.claim_name("kept");
     plane.set_faults(vec![fault("cell", "get", "egressshards", 500)]);
@@ -256,12 +225,7 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     assert!(plane.claim_now(&name).is_none(), "no claim is stored");
     settled(&ctl, &shard).await;
     // create (409) + get allocation + update shard, plus the test's own shard create.
-    assert_eq!(
-        plane.work_request_total(),
-        4,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(4, "an adoption");
     let alloc = plane.allocations().get(&r.name).await.unwrap();
     assert_eq!(alloc.status.unwrap().allocated_cidr, held);
     assert_eq!(ctl.metrics.claim_outcome_count("Adopted"), 1);
@@ -358,10 +322,8 @@ async fn a_missing_class_is_refused_by_name() {
     plane.create_shard("classless").await;
     assert_refused(&plane, "classless", "ClaimRefused").await;
     let note = plane
-        .events_for("classless")
+        .event("classless", "ClaimRefused")
         .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("ClaimRefused"))
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains("ClassNotFound"), "{note}");
@@ -400,14 +362,7 @@ async fn a_claim_made_for_another_shard_is_refused() {
     })
     .await;
     idle(&ctl).await;
-    assert!(
-        plane
-            .claims()
-            .get_opt(&plane.claim_name("twin"))
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(plane.claim_for("twin").await.is_some());
     ctl.stop().await.unwrap();
 }
 
@@ -442,12 +397,7 @@ async fn an_older_ipam_answering_a_duplicate_with_a_bare_500_is_handled() {
     );
     settled(&ctl, &shard).await;
     // create (500) + get claim + update.
-    assert_eq!(
-        plane.work_request_total(),
-        3,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(3, "a create answered with a bare 500");
     ctl.stop().await.unwrap();
 }
 
@@ -502,10 +452,7 @@ async fn many_shards_in_parallel_get_distinct_addresses() {
 
 #[tokio::test]
 async fn a_label_edit_on_an_addressed_shard_costs_nothing() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("w").await;
-    let w = addressed(&plane, "w").await;
+    let (plane, ctl, w) = with_addressed("w").await;
     settled(&ctl, &w).await;
     plane.reset_counters();
     let patched = plane

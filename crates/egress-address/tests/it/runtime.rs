@@ -152,12 +152,9 @@ async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
 
 #[tokio::test]
 async fn drift_is_reported_and_never_rewritten() {
-    let plane = Plane::start().await;
     let mut s = settings();
     s.drift_check_interval = Duration::from_millis(400);
-    let ctl = start_controller(&plane, s).await;
-    plane.create_shard("drifter").await;
-    let before = addressed(&plane, "drifter").await;
+    let (plane, ctl, before) = with_addressed_by(s, "drifter").await;
     // Someone deletes the claim behind the controller's back.
     plane
         .claims()
@@ -172,24 +169,16 @@ async fn drift_is_reported_and_never_rewritten() {
     assert!(ctl.metrics.drift_count("missing") >= 1);
     let after = plane.shard_now("drifter").unwrap();
     assert_eq!(after.spec, before.spec, "drift never rewrites the shard");
-    let e = plane
-        .events_for("drifter")
-        .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("AddressDrift"))
-        .unwrap();
+    let e = plane.event("drifter", "AddressDrift").await.unwrap();
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     ctl.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn no_drift_check_before_one_interval() {
-    let plane = Plane::start().await;
     let mut s = settings();
     s.drift_check_interval = Duration::from_secs(3600);
-    let ctl = start_controller(&plane, s).await;
-    plane.create_shard("calm").await;
-    let calm = addressed(&plane, "calm").await;
+    let (plane, ctl, calm) = with_addressed_by(s, "calm").await;
     settled(&ctl, &calm).await;
     plane.reset_counters();
     tokio::time::sleep(Duration::from_secs(1)).await;

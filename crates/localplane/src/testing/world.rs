@@ -213,6 +213,14 @@ impl World {
             .collect()
     }
 
+    /// The first of [`World::events_for`] with `reason`.
+    pub async fn event(&self, shard: &str, reason: &str) -> Option<Event> {
+        self.events_for(shard)
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+    }
+
     /// The reasons of [`World::events_for`].
     pub async fn event_reasons(&self, shard: &str) -> Vec<String> {
         self.events_for(shard)

@@ -82,27 +82,23 @@ async fn a_cell_only_world_has_no_ipam() {
     assert!(b.shard_now("twin").is_some());
 }
 
+/// Why `builder` does not start.
+async fn refusal(builder: localplane::testing::WorldBuilder) -> WorldError {
+    match builder.start().await {
+        Ok(_) => panic!("the world started"),
+        Err(e) => e,
+    }
+}
+
 #[tokio::test]
 async fn a_missing_inventory_or_a_bad_manifest_is_named() {
     let missing = config().join("ipam/no-such-inventory.yaml");
-    let err = World::builder(config())
-        .inventory(&missing)
-        .start()
-        .await
-        .err()
-        .expect("no world without its inventory");
+    let err = refusal(World::builder(config()).inventory(&missing)).await;
     assert!(matches!(err, WorldError::Inventory { .. }), "{err}");
     assert!(err.to_string().contains("no-such-inventory.yaml"), "{err}");
 
-    let err = World::builder(config())
-        .object(
-            "cell",
-            serde_json::json!({"apiVersion": "v1", "kind": "Nothing"}),
-        )
-        .start()
-        .await
-        .err()
-        .expect("no world with an object it cannot create");
+    let nothing = serde_json::json!({"apiVersion": "v1", "kind": "Nothing"});
+    let err = refusal(World::builder(config()).object("cell", nothing)).await;
     assert!(matches!(err, WorldError::Object { .. }), "{err}");
     assert!(err.to_string().contains("Nothing"), "{err}");
 }
