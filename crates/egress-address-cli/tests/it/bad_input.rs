@@ -63,6 +63,14 @@ fn events(world: &World, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Requests for claims, whatever their answer: each re-check of a refused shard makes one.
+fn claim_requests(world: &World) -> u64 {
+    world
+        .lp()
+        .metrics()
+        .count(|k| k.resource.starts_with("ipclaims."))
+}
+
 fn shard_writes(world: &World) -> u64 {
     world.lp().metrics().count(|k| {
         k.resource.starts_with("egressshards.")
@@ -137,8 +145,13 @@ async fn unusable_ipam_answers_are_refused_and_write_nothing() {
             );
         }
     }
-    // Let the re-checks happen: nothing may change on a refused shard, ever.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Nothing may change on a refused shard, ever: not on the first answer, nor when IPAM is
+    // asked again (a round of re-checks, one request or more for each refused shard).
+    let asked = claim_requests(&world);
+    eventually(20, "a round of re-checks", || async {
+        (claim_requests(&world) >= asked + answers.len() as u64).then_some(())
+    })
+    .await;
     for name in answers.keys() {
         assert_eq!(
             shard(&world, name),
@@ -230,17 +243,20 @@ async fn assert_refused_credential(world: &World, spec: ControllerSpec, plane: &
     cell.ensure_namespace(NS);
     let before = cell.apply_object(shard_object(NS, "victim")).unwrap();
     let mut ctl = spec.spawn().unwrap();
-    eventually(20, &format!("a {code} from {plane}"), || async {
-        (world
-            .lp()
-            .metrics()
-            .count(|k| k.plane == plane && k.code == code)
-            > 0)
-        .then_some(())
-    })
+    // Refused, and refused again as it retries: every chance to do the wrong thing.
+    eventually(
+        20,
+        &format!("three answers {code} from {plane}"),
+        || async {
+            (world
+                .lp()
+                .metrics()
+                .count(|k| k.plane == plane && k.code == code)
+                >= 3)
+                .then_some(())
+        },
+    )
     .await;
-    // Give it time to do the wrong thing, if it would.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!ctl.is_ready().await, "ready with a refused credential");
     assert_eq!(
         shard(world, "victim"),
