@@ -53,6 +53,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The repository's own tests, benchmarks and demo start one shared world instead: a cell and a
+//! platform project with IPAM and the shipped inventory, identities and kubeconfigs ([`testing`]).
+//!
 //! # Server-side behaviour (hooks)
 //!
 //! Resources with behaviour beyond storage (Milo IPAM) register a [`StorageHooks`] on a plane
@@ -124,6 +127,9 @@
 // Layering. Imports between modules point down this list and never up, so no two modules (and
 // no two files) import each other; a folder's `mod.rs` only declares and re-exports its files.
 //
+//   testing/    the one test world (World, WorldBuilder) the repository's tests, bench, chaos and
+//               demo share                                         -> ipam, app, plane, hooks,
+//                                                                     faults, config
 //   ipam/       Milo IPAM as StorageHooks; the builder's `ipam()`  -> app, plane, hooks
 //   app/        LocalPlane, its builder, serving it (Running)      -> server, shared, plane, store,
 //                                                                     kubeconfig, tls, ...
@@ -177,6 +183,7 @@ mod server;
 mod shared;
 mod store;
 mod table;
+pub mod testing;
 mod tls;
 mod watch;
 

@@ -1,17 +1,26 @@
-//! Shared by the manifest tests: finding the real kubectl and building kustomizations with it.
-
-#![allow(dead_code)]
+//! Shared by the modules: the real kubectl and the kustomizations it builds, the shipped YAML,
+//! the `egress-address` binary, and taking turns at running controllers.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use localplane::testing::workspace_root as root;
 use serde_json::Value;
+use tokio::sync::{Mutex, MutexGuard};
 
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+/// The `egress-address` binary this test binary was built with.
+pub const BIN: &str = env!("CARGO_BIN_EXE_egress-address");
+
+static FLEET: Mutex<()> = Mutex::const_new(());
+
+/// Held by each test that runs controllers, for as long as they run.
+pub async fn one_fleet_at_a_time() -> MutexGuard<'static, ()> {
+    FLEET.lock().await
+}
+
+/// [`one_fleet_at_a_time`] for a test outside a runtime.
+pub fn one_fleet_at_a_time_blocking() -> MutexGuard<'static, ()> {
+    FLEET.blocking_lock()
 }
 
 /// The kubectl 1.37 that `.ci/install-kubectl` puts in `.venv` (or `$KUBECTL`). `None` only
@@ -68,18 +77,4 @@ pub fn documents(path: &str) -> Vec<Value> {
         .into_iter()
         .filter(|d| d.is_object())
         .collect()
-}
-
-/// The UID of the cell's kube-system namespace (the controller's default cell identity),
-/// creating the namespace first if this localplane has none.
-pub fn kube_system_uid(cell: &localplane::Plane) -> String {
-    let key = localplane::ResourceKey::new("", "namespaces");
-    if cell.object(&key, None, "kube-system").is_none() {
-        cell.apply_object(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}))
-            .unwrap();
-    }
-    cell.object(&key, None, "kube-system").unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }

@@ -6,7 +6,7 @@
 //! each names a runbook section that exists. The Dockerfile names files that exist, and the
 //! binary it builds is static and starts in an empty root.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
@@ -235,28 +235,11 @@ fn the_cell_install_is_what_an_operator_expects() {
         sc.capabilities.as_ref().unwrap().drop.as_deref(),
         Some(&["ALL".to_string()][..])
     );
-    assert_eq!(
-        c.liveness_probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap()
-            .path
-            .as_deref(),
-        Some("/live")
-    );
-    assert_eq!(
-        c.readiness_probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap()
-            .path
-            .as_deref(),
-        Some("/ready")
-    );
+    let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe.as_ref()?.http_get.as_ref()?.path.clone()
+    };
+    assert_eq!(path(&c.liveness_probe).as_deref(), Some("/live"));
+    assert_eq!(path(&c.readiness_probe).as_deref(), Some("/ready"));
 
     let env = |name: &str| {
         c.env
