@@ -188,12 +188,22 @@ pub fn settings() -> Settings {
 
 pub struct Ctl {
     pub handle: Handle,
-    pub metrics: Metrics,
+    registry: prometheus_client::registry::Registry,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), egress_address::Error>>>,
 }
 
 impl Ctl {
+    /// The value of one series as `/metrics` shows it (0 when absent), e.g.
+    /// `ctl.sample("egress_address_claim_outcomes_total", &[("outcome", "Bound")])`.
+    pub fn sample(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        sample(
+            &egress_address::metrics::encode(&self.registry),
+            name,
+            labels,
+        )
+    }
+
     pub async fn stop(mut self) -> Result<(), egress_address::Error> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -224,8 +234,9 @@ pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Clien
 
 /// Starts a controller without waiting for it to be ready.
 pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
-    let metrics = Metrics::unregistered();
-    let controller = Controller::new(settings, cell, ipam, metrics.clone()).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let controller = Controller::new(settings, cell, ipam, metrics).unwrap();
     let handle = controller.handle();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(controller.run(async move {
@@ -233,7 +244,7 @@ pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
     }));
     Ctl {
         handle,
-        metrics,
+        registry,
         stop: Some(tx),
         task: Some(task),
     }
@@ -371,4 +382,38 @@ impl MountedSecret {
             std::fs::remove_dir_all(self.dir.join(old)).unwrap();
         }
     }
+}
+
+/// The value of the counter or gauge `name{labels}` in an exposition (0 when absent): labels must
+/// match exactly those given, in any order.
+pub fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> u64 {
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (series_name, series_labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if series_name != name {
+            continue;
+        }
+        let mut found: Vec<(String, String)> = series_labels
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+            .collect();
+        let mut want: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        found.sort();
+        want.sort();
+        if found == want {
+            let value: f64 = value.parse().expect("a numeric sample");
+            return value as u64;
+        }
+    }
+    0
 }

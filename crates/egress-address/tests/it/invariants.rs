@@ -98,8 +98,16 @@ async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
     let other = plane.shard_now(refused).unwrap();
     assert!(other.spec.shard_address_ipv6.is_empty());
     assert!(other.spec.shard_address_ipv6_claim_ref.is_none());
-    assert!(ctl.metrics.claim_outcome_count("AddressInUse") >= 1);
-    assert_eq!(ctl.metrics.shards_in("refused"), 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "AddressInUse")]
+        ) >= 1
+    );
+    assert_eq!(
+        ctl.sample("egress_address_shards", &[("state", "refused")]),
+        1
+    );
     let note = plane
         .event(refused, "AddressInUse")
         .await
@@ -153,10 +161,18 @@ async fn a_failed_read_after_a_taken_name_is_retried_not_refused() {
     plane.set_faults(vec![fault(PLATFORM, "get", "ipclaims", 500)]);
     let ctl = start_controller(&plane, settings()).await;
     eventually(10, "the read retried", || async {
-        (ctl.metrics.claim_outcome_count("ClaimUnreadable") >= 2).then_some(())
+        (ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "ClaimUnreadable")],
+        ) >= 2)
+            .then_some(())
     })
     .await;
-    assert_eq!(ctl.metrics.shards_in("refused"), 0, "taken for a refusal");
+    assert_eq!(
+        ctl.sample("egress_address_shards", &[("state", "refused")]),
+        0,
+        "taken for a refusal"
+    );
     assert!(
         !plane
             .event_reasons("taken")

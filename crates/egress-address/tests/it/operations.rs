@@ -123,7 +123,12 @@ async fn an_ipam_outage_costs_a_probe_per_interval_and_ends_within_seconds() {
         attempts <= 5 + probes + 2,
         "{attempts} IPAM requests in {lasted:?} for 100 waiting shards (threshold 5, {probes} probes)"
     );
-    assert!(ctl.metrics.transport_error_count("ipam", "server-error") >= 5);
+    assert!(
+        ctl.sample(
+            "egress_address_transport_errors_total",
+            &[("plane", "ipam"), ("cause", "server-error")]
+        ) >= 5
+    );
 
     plane.clear_faults();
     let back = Instant::now();
@@ -156,7 +161,11 @@ async fn an_oversized_answer_is_refused_naming_the_limit() {
     let ctl = start_controller_with(settings(), plane.cell(), ipam).await;
     plane.create_shard("flooded").await;
     eventually(10, "the answer refused", || async {
-        (ctl.metrics.transport_error_count("ipam", "too-large") >= 1).then_some(())
+        (ctl.sample(
+            "egress_address_transport_errors_total",
+            &[("plane", "ipam"), ("cause", "too-large")],
+        ) >= 1)
+            .then_some(())
     })
     .await;
     reason_containing(&ctl, "IPAM does not answer (too-large)").await;
@@ -194,7 +203,12 @@ async fn an_untrusted_server_certificate_is_named() {
     let ctl = start_controller_with(settings(), plane.cell(), ipam).await;
     plane.create_shard("distrustful").await;
     reason_containing(&ctl, "IPAM does not answer (certificate)").await;
-    assert!(ctl.metrics.transport_error_count("ipam", "certificate") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_transport_errors_total",
+            &[("plane", "ipam"), ("cause", "certificate")]
+        ) >= 1
+    );
     ctl.stop().await.unwrap();
 }
 

@@ -73,7 +73,13 @@ async fn a_new_shard_costs_exactly_two_requests() {
         r.contains(&"AddressAssigned".to_string()).then_some(r)
     })
     .await;
-    assert_eq!(ctl.metrics.claim_outcome_count("Bound"), 1);
+    assert_eq!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Bound")]
+        ),
+        1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -228,7 +234,13 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     plane.assert_work_requests(4, "an adoption");
     let alloc = plane.allocations().get(&r.name).await.unwrap();
     assert_eq!(alloc.status.unwrap().allocated_cidr, held);
-    assert_eq!(ctl.metrics.claim_outcome_count("Adopted"), 1);
+    assert_eq!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Adopted")]
+        ),
+        1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -252,10 +264,19 @@ async fn an_unbound_claim_is_pending_and_writes_nothing() {
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("waiting").await;
     assert_refused(&plane, "waiting", "ClaimPending").await;
-    assert!(ctl.metrics.claim_outcome_count("Unbound") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Unbound")]
+        ) >= 1
+    );
     // It is retried: the create meets the existing claim and reads it again.
     eventually(10, "a retry", || async {
-        (ctl.metrics.claim_outcome_count("Unbound") >= 2).then_some(())
+        (ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Unbound")],
+        ) >= 2)
+            .then_some(())
     })
     .await;
     ctl.stop().await.unwrap();
@@ -268,7 +289,12 @@ async fn an_unusable_answer_is_refused() {
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("odd").await;
     assert_refused(&plane, "odd", "UnusableAnswer").await;
-    assert!(ctl.metrics.claim_outcome_count("Unusable") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Unusable")]
+        ) >= 1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -297,7 +323,11 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
     );
     // Re-checked on the fixed interval, and the repeats do not flood events.
     eventually(10, "a re-check", || async {
-        (ctl.metrics.claim_outcome_count("Exhausted") >= 3).then_some(())
+        (ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Exhausted")],
+        ) >= 3)
+            .then_some(())
     })
     .await;
     let refused_events = plane
@@ -307,7 +337,10 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
         .filter(|e| e.reason.as_deref() == Some("ClaimRefused"))
         .count();
     assert_eq!(refused_events, 1, "repeats are aggregated");
-    assert_eq!(ctl.metrics.shards_in("refused"), 1);
+    assert_eq!(
+        ctl.sample("egress_address_shards", &[("state", "refused")]),
+        1
+    );
     plane.clear_faults();
     addressed(&plane, "full").await;
     ctl.stop().await.unwrap();
@@ -327,7 +360,12 @@ async fn a_missing_class_is_refused_by_name() {
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains("ClassNotFound"), "{note}");
-    assert!(ctl.metrics.claim_outcome_count("ClassNotFound") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "ClassNotFound")]
+        ) >= 1
+    );
     ctl.stop().await.unwrap();
 }
 

@@ -53,13 +53,25 @@ async fn only_the_leader_writes() {
     } else {
         (&b, &a)
     };
-    assert_eq!(lead.metrics.claim_outcome_count("Bound"), 5);
     assert_eq!(
-        follow.metrics.claim_outcome_count("Bound"),
+        lead.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Bound")]
+        ),
+        5
+    );
+    assert_eq!(
+        follow.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Bound")]
+        ),
         0,
         "the follower wrote"
     );
-    assert!(lead.metrics.is_leader() && !follow.metrics.is_leader());
+    assert!(
+        (lead.sample("egress_address_leader", &[]) == 1)
+            && follow.sample("egress_address_leader", &[]) != 1
+    );
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
@@ -166,7 +178,7 @@ async fn drift_is_reported_and_never_rewritten() {
         r.contains(&"AddressDrift".to_string()).then_some(())
     })
     .await;
-    assert!(ctl.metrics.drift_count("missing") >= 1);
+    assert!(ctl.sample("egress_address_drift_total", &[("kind", "missing")]) >= 1);
     let after = plane.shard_now("drifter").unwrap();
     assert_eq!(after.spec, before.spec, "drift never rewrites the shard");
     let e = plane.event("drifter", "AddressDrift").await.unwrap();
