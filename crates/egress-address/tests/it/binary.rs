@@ -444,3 +444,34 @@ async fn a_closed_log_pipe_neither_stops_the_work_nor_the_shutdown() {
     let (code, _) = p.wait_exit(10).await;
     assert_eq!(code, Some(0), "SIGTERM still stops the controller cleanly");
 }
+
+#[tokio::test]
+async fn tls_verification_turned_off_is_said_loudly_at_start() {
+    let plane = Plane::start_tls().await;
+    let mut doc: serde_json::Value = serde_json::from_str(&plane.kubeconfig_text()).unwrap();
+    let cluster = &mut doc["clusters"][0]["cluster"];
+    cluster
+        .as_object_mut()
+        .unwrap()
+        .remove("certificate-authority-data");
+    cluster["insecure-skip-tls-verify"] = serde_json::json!(true);
+    let path = plane.dir().join("skip-verify.kubeconfig");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let mut p = Proc::launch(
+        &plane,
+        "careless",
+        Launch {
+            ipam_kubeconfig: Some(path),
+            ..Launch::default()
+        },
+    );
+    wait_ready(&p).await;
+    p.sigterm();
+    let (code, logs) = p.wait_exit(10).await;
+    assert_eq!(code, Some(0), "{logs}");
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("TLS VERIFICATION IS OFF"))
+        .unwrap_or_else(|| panic!("no warning in {logs}"));
+    assert!(warning.contains("\"level\":\"warn\""), "{warning}");
+}
