@@ -163,6 +163,7 @@ mod error;
 mod faults;
 mod hooks;
 pub mod ipam;
+mod kinds;
 mod kubeconfig;
 mod locks;
 mod meta;

@@ -1,5 +1,6 @@
 //! The kinds a plane serves: built-ins and CRDs, with what discovery, validation and tables need.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use kube::core::cel::{CompiledSchema, compile_schema};
 use serde_json::{Value, json};
 
 use crate::hooks::ResourceKey;
+use crate::kinds::BuiltinKind;
+use crate::selector::{FieldSet, METADATA_FIELDS};
 
 /// One additionalPrinterColumn.
 #[derive(Debug, Clone)]
@@ -56,11 +59,55 @@ pub struct ResourceDef {
     pub versions: Vec<VersionDef>,
     /// Custom resources refuse unconditional PUTs and strategic merge patches; built-ins accept them.
     pub custom: bool,
+    /// The built-in kind this is, for what the apiserver knows about it beyond storage.
+    pub builtin: Option<BuiltinKind>,
 }
 
 impl ResourceDef {
+    /// Where the kind's objects are stored. Usually where it is served; a kind served in two
+    /// groups (Event) has one store.
     pub fn key(&self) -> ResourceKey {
+        self.builtin
+            .and_then(BuiltinKind::storage)
+            .unwrap_or_else(|| self.served_key())
+    }
+
+    /// Where the kind is served: its group and plural.
+    pub fn served_key(&self) -> ResourceKey {
         ResourceKey::new(self.group.clone(), self.plural.clone())
+    }
+
+    /// The field labels lists and watches of the kind may select on.
+    pub fn field_set(&self) -> FieldSet {
+        self.builtin
+            .map(BuiltinKind::field_set)
+            .unwrap_or(METADATA_FIELDS)
+    }
+
+    /// A stored object as `version` of this kind presents it.
+    pub fn present<'a>(&self, version: &str, obj: &'a Value) -> Cow<'a, Value> {
+        if let Some(b) = self.builtin {
+            return b.present(obj);
+        }
+        if self.versions.len() == 1 {
+            return Cow::Borrowed(obj);
+        }
+        let av = self.api_version(version);
+        if obj.get("apiVersion").and_then(Value::as_str) == Some(av.as_str()) {
+            Cow::Borrowed(obj)
+        } else {
+            let mut o = obj.clone();
+            o["apiVersion"] = json!(av);
+            Cow::Owned(o)
+        }
+    }
+
+    /// An object written in this kind's version, as it is stored.
+    pub fn to_storage(&self, obj: Value) -> Value {
+        match self.builtin {
+            Some(b) => b.to_storage(obj),
+            None => obj,
+        }
     }
 
     pub fn version(&self, v: &str) -> Option<&VersionDef> {
@@ -150,10 +197,13 @@ impl ResourceDef {
             namespaced: spec.scope == "Namespaced",
             versions,
             custom: true,
+            builtin: None,
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn builtin(
+        builtin: BuiltinKind,
         group: &str,
         version: &str,
         kind: &str,
@@ -180,16 +230,29 @@ impl ResourceDef {
                 printer_columns: vec![],
             }],
             custom: false,
+            builtin: Some(builtin),
         }
     }
 }
 
 /// The built-in kinds every plane serves.
 pub fn builtins() -> Vec<ResourceDef> {
+    use BuiltinKind as B;
+    const RBAC: &str = "rbac.authorization.k8s.io";
     vec![
-        ResourceDef::builtin("", "v1", "Namespace", "namespaces", &["ns"], false, true),
-        ResourceDef::builtin("", "v1", "Event", "events", &["ev"], true, false),
         ResourceDef::builtin(
+            B::Namespace,
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            &["ns"],
+            false,
+            true,
+        ),
+        ResourceDef::builtin(B::Event, "", "v1", "Event", "events", &["ev"], true, false),
+        ResourceDef::builtin(
+            B::EventsV1Event,
             "events.k8s.io",
             "v1",
             "Event",
@@ -199,6 +262,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         ResourceDef::builtin(
+            B::Lease,
             "coordination.k8s.io",
             "v1",
             "Lease",
@@ -208,7 +272,8 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
+            B::ClusterRole,
+            RBAC,
             "v1",
             "ClusterRole",
             "clusterroles",
@@ -217,7 +282,8 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
+            B::ClusterRoleBinding,
+            RBAC,
             "v1",
             "ClusterRoleBinding",
             "clusterrolebindings",
@@ -225,17 +291,10 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
             false,
         ),
+        ResourceDef::builtin(B::Role, RBAC, "v1", "Role", "roles", &[], true, false),
         ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "Role",
-            "roles",
-            &[],
-            true,
-            false,
-        ),
-        ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
+            B::RoleBinding,
+            RBAC,
             "v1",
             "RoleBinding",
             "rolebindings",
@@ -263,9 +322,10 @@ impl Registry {
 
     /// Adds or replaces a kind. Replacing keeps the stored objects (like re-applying a CRD).
     pub fn insert(&mut self, def: ResourceDef) {
-        self.by_key.insert(def.key(), Arc::new(def));
+        self.by_key.insert(def.served_key(), Arc::new(def));
     }
 
+    /// The kind served at `key` (a group and plural; a store key names the kind that owns it).
     pub fn get(&self, key: &ResourceKey) -> Option<&Arc<ResourceDef>> {
         self.by_key.get(key)
     }

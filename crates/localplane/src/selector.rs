@@ -109,13 +109,57 @@ impl LabelSelector {
     }
 }
 
-/// A parsed `fieldSelector` over `metadata.name` and `metadata.namespace` (all custom resources
-/// support; other fields are refused like the apiserver refuses unsupported field labels).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FieldSelector(Vec<(String, bool, String)>);
+/// The field labels a kind may be selected by: how a label a request names maps to the label
+/// the stored object is matched on (`None`: not supported), and that label's value.
+#[derive(Clone, Copy)]
+pub struct FieldSet {
+    pub label: fn(&str) -> Option<&'static str>,
+    pub value: fn(&Value, &str) -> String,
+}
+
+/// What every kind supports: `metadata.name` and `metadata.namespace`.
+pub const METADATA_FIELDS: FieldSet = FieldSet {
+    label: |l| match l {
+        "metadata.name" => Some("metadata.name"),
+        "metadata.namespace" => Some("metadata.namespace"),
+        _ => None,
+    },
+    value: metadata_value,
+};
+
+pub fn metadata_value(obj: &Value, label: &str) -> String {
+    match label {
+        "metadata.name" => crate::meta::str_at(obj, "/metadata/name").to_string(),
+        "metadata.namespace" => crate::meta::str_at(obj, "/metadata/namespace").to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A parsed `fieldSelector`: requirements on the field labels the kind supports (others are
+/// refused like the apiserver refuses unsupported field labels).
+#[derive(Clone)]
+pub struct FieldSelector {
+    reqs: Vec<(&'static str, bool, String)>,
+    value: fn(&Value, &str) -> String,
+}
+
+impl Default for FieldSelector {
+    fn default() -> Self {
+        FieldSelector {
+            reqs: vec![],
+            value: metadata_value,
+        }
+    }
+}
+
+impl std::fmt::Debug for FieldSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.reqs).finish()
+    }
+}
 
 impl FieldSelector {
-    pub fn parse(s: &str) -> Result<Self, ApiError> {
+    pub fn parse(s: &str, fields: FieldSet) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
         for part in s.split(',') {
             let p = part.trim();
@@ -134,32 +178,28 @@ impl FieldSelector {
                 )));
             };
             let k = k.trim();
-            if k != "metadata.name" && k != "metadata.namespace" {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {k}"
-                )));
-            }
-            reqs.push((k.to_string(), eq, v.trim().to_string()));
+            let label = (fields.label)(k)
+                .ok_or_else(|| ApiError::bad_request(format!("field label not supported: {k}")))?;
+            reqs.push((label, eq, v.trim().to_string()));
         }
-        Ok(FieldSelector(reqs))
+        Ok(FieldSelector {
+            reqs,
+            value: fields.value,
+        })
     }
 
     /// The exact name the selector pins, which lets a list skip the scan.
     pub fn pinned_name(&self) -> Option<&str> {
-        self.0
+        self.reqs
             .iter()
-            .find(|(k, eq, _)| *eq && k == "metadata.name")
+            .find(|(k, eq, _)| *eq && *k == "metadata.name")
             .map(|(_, _, v)| v.as_str())
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(k, eq, v)| {
-            let field = match k.as_str() {
-                "metadata.name" => crate::meta::str_at(obj, "/metadata/name"),
-                _ => crate::meta::str_at(obj, "/metadata/namespace"),
-            };
-            (field == v) == *eq
-        })
+        self.reqs
+            .iter()
+            .all(|(k, eq, v)| ((self.value)(obj, k) == *v) == *eq)
     }
 }
 
@@ -198,13 +238,20 @@ mod tests {
     fn field_selectors() {
         let o = json!({"metadata": {"name": "n", "namespace": "ns"}});
         assert!(
-            FieldSelector::parse("metadata.name=n,metadata.namespace!=x")
+            FieldSelector::parse("metadata.name=n,metadata.namespace!=x", METADATA_FIELDS)
                 .unwrap()
                 .matches(&o)
         );
-        assert!(!FieldSelector::parse("metadata.name=m").unwrap().matches(&o));
+        assert!(
+            !FieldSelector::parse("metadata.name=m", METADATA_FIELDS)
+                .unwrap()
+                .matches(&o)
+        );
         assert_eq!(
-            FieldSelector::parse("spec.x=1").unwrap_err().0.reason,
+            FieldSelector::parse("spec.x=1", METADATA_FIELDS)
+                .unwrap_err()
+                .0
+                .reason,
             "BadRequest"
         );
     }

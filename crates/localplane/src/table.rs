@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::kinds::BuiltinKind;
 use crate::resources::{PrinterColumn, ResourceDef};
 
 /// What each row's `object` holds (`includeObject`).
@@ -42,10 +43,101 @@ fn columns(def: &ResourceDef, version: &str) -> Vec<PrinterColumn> {
     }
 }
 
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
+/// Events print their own columns (the apiserver's event printer), with no leading Name.
+fn is_event(def: &ResourceDef) -> bool {
+    matches!(
+        def.builtin,
+        Some(BuiltinKind::Event | BuiltinKind::EventsV1Event)
+    )
+}
+
+fn event_columns() -> Value {
+    let col = |name: &str, priority: i32, description: &str| json!({"name": name, "type": "string", "format": "", "priority": priority, "description": description});
+    json!([
+        col("Last Seen", 0, "The time at which the most recent occurrence of this event was recorded."),
+        col("Type", 0, "Type of this event (Normal, Warning), new types could be added in the future"),
+        col("Reason", 0, "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
+        col("Object", 0, "The object that this event is about."),
+        col("Subobject", 1, "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]."),
+        col("Source", 1, "The component reporting this event. Should be a short machine understandable string."),
+        col("Message", 0, "A human-readable description of the status of this operation."),
+        col("First Seen", 1, "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)"),
+        col("Count", 1, "The number of times this event has occurred."),
+        {"name": "Name", "type": "string", "format": "name", "priority": 1, "description": NAME_DOC},
+    ])
+}
+
+/// The event printer's cells, from the stored (core) shape.
+fn event_cells(e: &Value) -> Vec<Value> {
+    let s = |p: &str| crate::meta::str_at(e, p);
+    let since = |p: &str| match crate::meta::at(e, p).and_then(Value::as_str) {
+        Some(t) => age(t),
+        None => "<unknown>".to_string(),
+    };
+    let set = |p: &str| crate::meta::at(e, p).is_some_and(|v| !v.is_null());
+    let first = if set("/firstTimestamp") {
+        since("/firstTimestamp")
+    } else {
+        since("/eventTime")
+    };
+    let mut last = if set("/lastTimestamp") {
+        since("/lastTimestamp")
+    } else {
+        first.clone()
+    };
+    let mut count = e.get("count").and_then(Value::as_i64).unwrap_or(0);
+    if set("/series") {
+        last = since("/series/lastObservedTime");
+        count = crate::meta::at(e, "/series/count")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+    } else if count == 0 {
+        // A singleton event has no count in the new API.
+        count = 1;
+    }
+    let kind = s("/involvedObject/kind").to_lowercase();
+    let name = s("/involvedObject/name");
+    let target = if name.is_empty() {
+        kind
+    } else {
+        format!("{kind}/{name}")
+    };
+    let component = match s("/source/component") {
+        "" => s("/reportingComponent"),
+        c => c,
+    };
+    let instance = match s("/source/host") {
+        "" => s("/reportingInstance"),
+        h => h,
+    };
+    let source = if instance.is_empty() {
+        component.to_string()
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(s("/type")),
+        json!(s("/reason")),
+        json!(target),
+        json!(s("/involvedObject/fieldPath")),
+        json!(source),
+        json!(s("/message").trim()),
+        json!(first),
+        json!(count),
+        json!(s("/metadata/name")),
+    ]
+}
+
 pub fn column_definitions(def: &ResourceDef, version: &str) -> Value {
+    if is_event(def) {
+        return event_columns();
+    }
     let mut defs = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
-        "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+        "description": NAME_DOC,
     })];
     for c in columns(def, version) {
         defs.push(json!({
@@ -57,21 +149,26 @@ pub fn column_definitions(def: &ResourceDef, version: &str) -> Value {
 }
 
 pub fn row(def: &ResourceDef, version: &str, obj: &Value, include: IncludeObject) -> Value {
-    let mut cells = vec![json!(crate::meta::str_at(obj, "/metadata/name"))];
-    for c in columns(def, version) {
-        let v = eval_path(obj, &c.json_path);
-        let cell = match (c.type_.as_str(), v) {
-            (_, None) => Value::Null,
-            ("date", Some(Value::String(s))) => json!(age(s)),
-            (_, Some(v)) => v.clone(),
-        };
-        cells.push(cell);
-    }
+    let cells = if is_event(def) {
+        event_cells(obj)
+    } else {
+        let mut cells = vec![json!(crate::meta::str_at(obj, "/metadata/name"))];
+        for c in columns(def, version) {
+            let v = eval_path(obj, &c.json_path);
+            let cell = match (c.type_.as_str(), v) {
+                (_, None) => Value::Null,
+                ("date", Some(Value::String(s))) => json!(age(s)),
+                (_, Some(v)) => v.clone(),
+            };
+            cells.push(cell);
+        }
+        cells
+    };
     let mut r = json!({"cells": cells});
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => r["object"] = partial_metadata(obj),
-        IncludeObject::Object => r["object"] = obj.clone(),
+        IncludeObject::Object => r["object"] = def.present(version, obj).into_owned(),
     }
     r
 }

@@ -21,7 +21,7 @@ use crate::store::Store;
 
 pub(crate) use delete::DeleteOpts;
 pub use tally::Tally;
-pub(crate) use write::{PatchKind, Target, WriteOpts};
+pub(crate) use write::{FieldValidation, PatchKind, Target, WriteOpts, Written};
 
 /// A control plane served by localplane. Cheap to clone; clones share the plane.
 #[derive(Clone)]

@@ -19,7 +19,7 @@ use crate::config::Identity;
 use crate::error::ApiError;
 use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
-use crate::plane::{DeleteOpts, PatchKind, Plane, Target, WriteOpts};
+use crate::plane::{DeleteOpts, FieldValidation, PatchKind, Plane, Target, WriteOpts, Written};
 use crate::rbac;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -72,7 +72,11 @@ impl Call {
     fn write_opts(&self) -> WriteOpts {
         WriteOpts {
             dry_run: self.query.get("dryRun").is_some_and(|d| d == "All"),
-            strict: self.query.get("fieldValidation") == Some("Strict"),
+            field_validation: match self.query.get("fieldValidation") {
+                Some("Strict") => FieldValidation::Strict,
+                Some("Ignore") => FieldValidation::Ignore,
+                _ => FieldValidation::Warn,
+            },
         }
     }
 }
@@ -304,10 +308,10 @@ fn include_object(q: &Query) -> IncludeObject {
     }
 }
 
-fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+fn selectors(def: &ResourceDef, q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
     Ok((
         LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
-        FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))?,
+        FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), def.field_set())?,
     ))
 }
 
@@ -332,7 +336,7 @@ fn get(call: &Call) -> Result<Response, ApiError> {
 
 fn list(call: &Call) -> Result<Response, ApiError> {
     let (def, version) = (&call.def, call.path.version.as_str());
-    let (labels, fields) = selectors(&call.query)?;
+    let (labels, fields) = selectors(def, &call.query)?;
     let limit = call.query.get("limit").and_then(|l| l.parse().ok());
     let res = call.plane.list(
         def,
@@ -375,7 +379,7 @@ fn list(call: &Call) -> Result<Response, ApiError> {
 fn watch(shared: &Shared, call: &Call) -> Result<Response, ApiError> {
     let (def, version) = (&call.def, call.path.version.as_str());
     let q = &call.query;
-    let (labels, fields) = selectors(q)?;
+    let (labels, fields) = selectors(def, q)?;
     let rv = match q.get("resourceVersion").filter(|s| !s.is_empty()) {
         None => None,
         Some(s) => Some(
@@ -439,12 +443,37 @@ fn watch_render(
     }
 }
 
+/// A write's answer: the object, and a `Warning` header for each warning.
+fn written(code: u16, w: Written) -> Response {
+    let mut resp = json_response(code, json_body(&w.obj));
+    for text in &w.warnings {
+        if let Ok(v) = http::HeaderValue::from_str(&warning_header(text)) {
+            resp.headers_mut().append(http::header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// RFC 7234's `Warning: 299 - "<text>"`, with the text quoted as Go's `strconv.Quote` does.
+fn warning_header(text: &str) -> String {
+    let mut q = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            c if c.is_ascii_graphic() || c == ' ' => q.push(c),
+            c => q.push_str(&c.escape_unicode().to_string()),
+        }
+    }
+    format!("299 - \"{q}\"")
+}
+
 fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     let obj = parse_json(body)?;
     let created = call
         .plane
         .create(call.target(), obj, &call.caller, &call.write_opts())?;
-    Ok(json_response(201, json_body(&created)))
+    Ok(written(201, created))
 }
 
 fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
@@ -456,7 +485,7 @@ fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.caller,
         &call.write_opts(),
     )?;
-    Ok(ok_json(&updated))
+    Ok(written(200, updated))
 }
 
 fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
@@ -475,7 +504,7 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.caller,
         &call.write_opts(),
     )?;
-    Ok(ok_json(&patched))
+    Ok(written(200, patched))
 }
 
 fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {

@@ -336,3 +336,228 @@ async fn rbac_denials_read_like_the_apiserver() {
     );
     lp.shutdown().await;
 }
+
+/// An event about shard `s1` as egress-address publishes it (events.k8s.io, with an eventTime,
+/// action, reporting controller and instance).
+fn controller_event(uid: &str) -> String {
+    format!(
+        r#"
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {{name: s1.18742b3c5d6e7f80, namespace: ns1}}
+eventTime: "2026-01-01T00:00:00.000000Z"
+regarding: {{apiVersion: network.datumapis.com/v1alpha1, kind: EgressShard, namespace: ns1, name: s1, uid: {uid}}}
+reason: AddressAssigned
+action: Assign
+note: assigned 2001:db8::1
+reportingController: egress-address-controller
+reportingInstance: egress-address-controller-7d9f-abcde
+type: Normal
+"#
+    )
+}
+
+#[tokio::test]
+async fn controller_events_show_in_describe_events_and_get_events() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    k.ok(&["apply", "-f", &f]).await;
+    let uid = k
+        .ok(&[
+            "get",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .await;
+    let e = write(k.home.path(), "e.yaml", &controller_event(&uid));
+    k.ok(&["create", "-f", &e]).await;
+
+    // describe finds the shard's events through the core API, by involvedObject fields.
+    let out = k.ok(&["describe", "egressshard", "s1", "-n", "ns1"]).await;
+    let events = out
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    let row: Vec<&str> = events.lines().nth(3).unwrap().split_whitespace().collect();
+    assert_eq!(row[0], "Normal", "{out}");
+    assert_eq!(row[1], "AddressAssigned", "{out}");
+    assert_eq!(row[3], "egress-address-controller", "{out}");
+    assert_eq!(row[4..].join(" "), "assigned 2001:db8::1", "{out}");
+
+    let out = k
+        .ok(&["events", "--for", "egressshard/s1", "-n", "ns1"])
+        .await;
+    assert!(out.starts_with("LAST SEEN"), "{out}");
+    assert!(
+        out.contains("AddressAssigned   EgressShard/s1   assigned 2001:db8::1"),
+        "{out}"
+    );
+
+    // get events prints the apiserver's event columns, the wide ones with -o wide.
+    let out = k.ok(&["get", "events", "-n", "ns1"]).await;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap()
+        .split("  ")
+        .filter(|c| !c.is_empty())
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        header,
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .contains("Normal   AddressAssigned   egressshard/s1   assigned 2001:db8::1"),
+        "{out}"
+    );
+    let out = k.ok(&["get", "events", "-n", "ns1", "-o", "wide"]).await;
+    assert!(
+        out.contains("egress-address-controller, egress-address-controller-7d9f-abcde"),
+        "{out}"
+    );
+    assert!(out.contains("s1.18742b3c5d6e7f80"), "{out}");
+
+    // Field selectors on core Events, and on events.k8s.io ones.
+    let out = k
+        .ok(&[
+            "get",
+            "events",
+            "-n",
+            "ns1",
+            "--field-selector",
+            "involvedObject.name=s1,reason=AddressAssigned",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(out.trim(), "event/s1.18742b3c5d6e7f80");
+    let (_, out, err) = k
+        .run(&[
+            "get",
+            "events",
+            "-n",
+            "ns1",
+            "--field-selector",
+            "involvedObject.name=s2",
+        ])
+        .await;
+    assert!(
+        out.is_empty() && err.contains("No resources found in ns1 namespace."),
+        "{out}{err}"
+    );
+    let out = k
+        .ok(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            "ns1",
+            "--field-selector",
+            "regarding.name=s1",
+            "-o",
+            "jsonpath={.items[0].note}",
+        ])
+        .await;
+    assert_eq!(out, "assigned 2001:db8::1");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let lease = |spec: &str| {
+        format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: l1, namespace: ns1}}\nspec: {spec}\n"
+        )
+    };
+    let f = write(
+        k.home.path(),
+        "l.yaml",
+        &lease("{leaseDurationSeconds: -5}"),
+    );
+    let (ok, _, err) = k.run(&["apply", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The Lease "l1" is invalid: spec.leaseDurationSeconds: Invalid value: -5: must be greater than 0"#),
+        "{err}"
+    );
+    let f = write(
+        k.home.path(),
+        "l.yaml",
+        &lease(r#"{renewTime: "yesterday"}"#),
+    );
+    let (ok, _, err) = k.run(&["create", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"Error from server (BadRequest): error when creating "#)
+            && err.contains(r#"Lease in version "v1" cannot be handled as a Lease: parsing time "yesterday" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "yesterday" as "2006""#),
+        "{err}"
+    );
+    let bogus = controller_event("u1").replace("type: Normal", "type: Bogus");
+    let f = write(k.home.path(), "e.yaml", &bogus);
+    let (ok, _, err) = k.run(&["create", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The Event "s1.18742b3c5d6e7f80" is invalid: type: Invalid value: "": has invalid value: Bogus"#),
+        "{err}"
+    );
+    let (_, out, _) = k
+        .run(&["get", "leases,events", "-n", "ns1", "-o", "name"])
+        .await;
+    assert_eq!(out, "", "nothing refused was stored");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let with_bogus = SHARD.replace("  targetRef:", "  bogus: 1\n  targetRef:");
+    let f = write(k.home.path(), "s.yaml", &with_bogus);
+    // kubectl asks for strict field validation unless told otherwise.
+    let (ok, _, err) = k.run(&["apply", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"EgressShard in version "v1alpha1" cannot be handled as a EgressShard: strict decoding error: unknown field "spec.bogus""#),
+        "{err}"
+    );
+    let (ok, out, err) = k.run(&["apply", "--validate=warn", "-f", &f]).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains(r#"Warning: unknown field "spec.bogus""#),
+        "{err}"
+    );
+    assert!(
+        out.contains("egressshard.network.datumapis.com/s1 created"),
+        "{out}"
+    );
+    let spec = k
+        .ok(&[
+            "get",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "-o",
+            "jsonpath={.spec}",
+        ])
+        .await;
+    assert!(
+        !spec.contains("bogus"),
+        "the unknown field was dropped: {spec}"
+    );
+    lp.shutdown().await;
+}
