@@ -4,8 +4,20 @@
 //! It behaves like kube-apiserver for what this project does, closely enough that kube-rs
 //! (`Api`, `watcher`, `Controller`) and kubectl cannot tell the difference:
 //!
-//! * kinds from CRDs (YAML files or [`CustomResourceDefinition`](k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
-//!   values) plus built-in Namespace, Lease, Event (`v1` and `events.k8s.io/v1`) and the RBAC kinds;
+//! * kinds from CRDs (YAML files, [`CustomResourceDefinition`](k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
+//!   values, or CRD objects written through the API at runtime: stored, listed, established and
+//!   served from the same write on; deleting one stops serving its kind and removes its objects);
+//! * built-in Namespace, Lease, Event, the RBAC kinds, and what an install applies
+//!   (ServiceAccount, Secret, ConfigMap, Service, `apps/v1` Deployment), with the schemas of the
+//!   Kubernetes API types: decoded as the apiserver's Go decoder does (a wrong type, a timestamp
+//!   that is not a `metav1.Time`/`MicroTime`, bad base64 are a 400), unknown fields warned about
+//!   (`fieldValidation=Warn`, the default), dropped (`Ignore`) or refused (`Strict`), the
+//!   defaults `kubectl get` shows, validated as the apiserver validates Events (both versions),
+//!   Leases, Deployments, Services and CRDs, and printed with its columns;
+//! * Events as one store served as core `v1` and `events.k8s.io/v1`, converted as the apiserver
+//!   converts them, selected by the same field labels (`involvedObject.*`, `reason`, `type`,
+//!   `reportingComponent`, `source`; `regarding.*`, `reportingController`), so `kubectl describe`
+//!   and `kubectl events` show what a controller publishes through either;
 //! * get/list (label and field selectors, `limit`/`continue`), create, PUT, merge/JSON patch,
 //!   server-side apply as create-or-merge (no field ownership), delete with finalizers and with
 //!   `DeleteOptions.preconditions` (`uid`, `resourceVersion`);
@@ -118,6 +130,12 @@
 //! in record (..)`, details kind = the Kind) is not reproduced. The cell has no `kube-public`
 //! or `kube-node-lease` namespaces, and `kube-system` holds nothing.
 //!
+//! Built-in kinds are validated as far as this project's traffic and installs reach: Events,
+//! Leases, CRDs in full; Deployments and Services for what an install sends (required fields,
+//! selector and template, ports, type); other kinds by the fields their schemas mark required.
+//! No controller manager runs: a Deployment gets no pods or status, a Service a made-up cluster
+//! IP. A CRD is established in the write that creates it (no `NamesAccepted` conflicts).
+//!
 //! Where IPAM's model differs from the service's, [`ipam`] says so (reservations, for one, are
 //! not visible as `IPAllocation` objects).
 
@@ -138,16 +156,20 @@
 //   plane/      one control plane: mod (registry, hooks), read, write, delete, tally
 //                                                                  -> store, resources, schema,
 //                                                                     selector, meta
-//   rbac, table, openapi, discovery                                -> store, resources, meta
+//   rbac, table, openapi, discovery                                -> store, resources, kinds, meta
 //   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
-//   resources, schema, selector                                    -> hooks, meta, error, locks
+//   resources   the kinds a plane serves                           -> kinds, selector, hooks
+//   kinds/      what the apiserver knows of its built-in kinds: schemas, decoding, conversion,
+//               validation, field labels                           -> selector, meta, error
+//   schema, selector                                               -> hooks, meta, error, locks
 //   kubeconfig, config                                             -> config, faults
 //   metrics     request and injected-fault counters                -> faults
 //   faults, meta                                                   -> error, locks
 //   error, hooks, locks, tls                                       (leaves)
 //
 // Where new behaviour goes: a new verb or request parameter in server/resource.rs; a new rule for
-// what a write does to stored objects in plane/write.rs or plane/delete.rs; a resource with its
+// what a write does to stored objects in plane/write.rs or plane/delete.rs; what a built-in kind
+// is (its decoding, defaults, validation, conversion) in kinds/; a resource with its
 // own server-side semantics as a StorageHooks beside ipam/; a new admin knob in admin.rs with its
 // state in shared.rs; a new fault in faults.rs, applied in server/resource.rs.
 

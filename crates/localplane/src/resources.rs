@@ -233,6 +233,11 @@ impl ResourceDef {
             builtin: Some(builtin),
         }
     }
+
+    fn in_categories(mut self, categories: &[&str]) -> ResourceDef {
+        self.categories = categories.iter().map(|c| c.to_string()).collect();
+        self
+    }
 }
 
 /// The built-in kinds every plane serves.
@@ -302,6 +307,60 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
             false,
         ),
+        ResourceDef::builtin(
+            B::ServiceAccount,
+            "",
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            &["sa"],
+            true,
+            false,
+        ),
+        ResourceDef::builtin(B::Secret, "", "v1", "Secret", "secrets", &[], true, false),
+        ResourceDef::builtin(
+            B::ConfigMap,
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            &["cm"],
+            true,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::Service,
+            "",
+            "v1",
+            "Service",
+            "services",
+            &["svc"],
+            true,
+            true,
+        )
+        .in_categories(&["all"]),
+        ResourceDef::builtin(
+            B::Deployment,
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            &["deploy"],
+            true,
+            true,
+        )
+        .in_categories(&["all"]),
+        ResourceDef::builtin(
+            B::CustomResourceDefinition,
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            &["crd", "crds"],
+            false,
+            true,
+        )
+        .in_categories(&["api-extensions"]),
     ]
 }
 
@@ -323,6 +382,11 @@ impl Registry {
     /// Adds or replaces a kind. Replacing keeps the stored objects (like re-applying a CRD).
     pub fn insert(&mut self, def: ResourceDef) {
         self.by_key.insert(def.served_key(), Arc::new(def));
+    }
+
+    /// Stops serving a kind.
+    pub fn remove(&mut self, key: &ResourceKey) -> Option<Arc<ResourceDef>> {
+        self.by_key.remove(key)
     }
 
     /// The kind served at `key` (a group and plural; a store key names the kind that owns it).

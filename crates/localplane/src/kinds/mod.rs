@@ -3,9 +3,11 @@
 //! served in two groups converts between them (Event), how each is validated, and which field
 //! labels select it.
 
+pub mod crd;
 pub mod decode;
 pub mod event;
 pub mod gotime;
+pub mod install;
 pub mod lease;
 pub mod schemas;
 
@@ -35,6 +37,12 @@ pub enum BuiltinKind {
     ClusterRoleBinding,
     Role,
     RoleBinding,
+    ServiceAccount,
+    Secret,
+    ConfigMap,
+    Service,
+    Deployment,
+    CustomResourceDefinition,
 }
 
 static NAMESPACE: Lazy = Lazy::new(generate::<api::core::v1::Namespace>);
@@ -45,7 +53,11 @@ static CLUSTER_ROLE: Lazy = Lazy::new(generate::<api::rbac::v1::ClusterRole>);
 static CLUSTER_ROLE_BINDING: Lazy = Lazy::new(generate::<api::rbac::v1::ClusterRoleBinding>);
 static ROLE: Lazy = Lazy::new(generate::<api::rbac::v1::Role>);
 static ROLE_BINDING: Lazy = Lazy::new(generate::<api::rbac::v1::RoleBinding>);
-#[allow(dead_code)]
+static SERVICE_ACCOUNT: Lazy = Lazy::new(generate::<api::core::v1::ServiceAccount>);
+static SECRET: Lazy = Lazy::new(generate::<api::core::v1::Secret>);
+static CONFIG_MAP: Lazy = Lazy::new(generate::<api::core::v1::ConfigMap>);
+static SERVICE: Lazy = Lazy::new(generate::<api::core::v1::Service>);
+static DEPLOYMENT: Lazy = Lazy::new(generate::<api::apps::v1::Deployment>);
 static CRD: Lazy = Lazy::new(generate::<CustomResourceDefinition>);
 
 impl BuiltinKind {
@@ -60,6 +72,12 @@ impl BuiltinKind {
             BuiltinKind::ClusterRoleBinding => CLUSTER_ROLE_BINDING.get(),
             BuiltinKind::Role => ROLE.get(),
             BuiltinKind::RoleBinding => ROLE_BINDING.get(),
+            BuiltinKind::ServiceAccount => SERVICE_ACCOUNT.get(),
+            BuiltinKind::Secret => SECRET.get(),
+            BuiltinKind::ConfigMap => CONFIG_MAP.get(),
+            BuiltinKind::Service => SERVICE.get(),
+            BuiltinKind::Deployment => DEPLOYMENT.get(),
+            BuiltinKind::CustomResourceDefinition => CRD.get(),
         }
     }
 
@@ -76,7 +94,17 @@ impl BuiltinKind {
         match self {
             BuiltinKind::Event => event::core_normalized(&obj),
             BuiltinKind::EventsV1Event => event::from_events_v1(&obj),
+            BuiltinKind::Secret => install::secret_to_storage(obj),
             _ => obj,
+        }
+    }
+
+    /// Fills in what the apiserver defaults (before validation, as its decoder does).
+    pub fn apply_defaults(self, obj: &mut Value, old: Option<&Value>) {
+        match self {
+            BuiltinKind::Deployment => install::default_deployment(obj),
+            BuiltinKind::Service => install::default_service(obj, old),
+            _ => {}
         }
     }
 
@@ -88,11 +116,14 @@ impl BuiltinKind {
         }
     }
 
-    /// Whether the apiserver validates the kind's required fields as its schema marks them. An
-    /// Event's schema marks fields required that its validation does not (a core Event needs no
-    /// `eventTime`); its own checks below are the whole of it.
+    /// Whether the apiserver's validation of the kind requires what its schema marks required.
+    /// For Events and Deployments it does not (a core Event needs no `eventTime`, an empty
+    /// Deployment spec is refused field by field), and their own checks are the whole of it.
     pub fn schema_required_fields(self) -> bool {
-        !matches!(self, BuiltinKind::Event | BuiltinKind::EventsV1Event)
+        !matches!(
+            self,
+            BuiltinKind::Event | BuiltinKind::EventsV1Event | BuiltinKind::Deployment
+        )
     }
 
     /// The kind's own validation of a create (`old` is `None`) or an update, on the stored shape.
@@ -101,6 +132,9 @@ impl BuiltinKind {
             BuiltinKind::Event => EventApi::Core,
             BuiltinKind::EventsV1Event => EventApi::EventsV1,
             BuiltinKind::Lease => return lease::validate(obj),
+            BuiltinKind::Deployment => return install::validate_deployment(obj),
+            BuiltinKind::Service => return install::validate_service(obj),
+            BuiltinKind::CustomResourceDefinition => return crd::validate(obj),
             _ => return vec![],
         };
         match old {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Plane, PlaneState};
+use super::{Plane, PlaneState, crds};
 use crate::error::{ApiError, FieldError};
 use crate::hooks::Caller;
 use crate::kinds;
@@ -142,6 +142,7 @@ fn validate(
     let name = meta::str_at(obj, "/metadata/name").to_string();
     let errs = match def.builtin {
         Some(b) => {
+            b.apply_defaults(obj, old);
             let mut errs = vec![];
             if b.schema_required_fields() {
                 errs = schema::validate_structure(&b.schema().inlined, obj);
@@ -366,6 +367,12 @@ impl Plane {
             m.insert("generation".into(), json!(1));
         }
         validate(def, version, &mut obj, None)?;
+        let serves = if crds::is_crd(def) {
+            kinds::crd::established(&mut obj);
+            Some(crds::served_def(&obj)?)
+        } else {
+            None
+        };
         let key = def.key();
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
@@ -409,6 +416,9 @@ impl Plane {
             meta::meta_mut(&mut out).remove("resourceVersion");
         } else {
             txn.commit();
+            if let Some(served) = serves {
+                st.registry.insert(served);
+            }
         }
         Ok(Written {
             obj: def.present(version, &out).into_owned(),
@@ -647,6 +657,14 @@ impl Plane {
             }
         }
         validate(def, version, &mut new, Some(&old))?;
+        let serves = if crds::is_crd(def) {
+            if new.get("spec") != old.get("spec") {
+                kinds::crd::established(&mut new);
+            }
+            Some(crds::served_def(&new)?)
+        } else {
+            None
+        };
         if meta::spec_changed(&old, &new, def.has_status()) {
             let g = old
                 .pointer("/metadata/generation")
@@ -673,6 +691,9 @@ impl Plane {
                 h.before_delete(&mut txn, caller, &key, &new)
                     .map_err(ApiError::from)?;
             }
+            if serves.is_some() {
+                crds::remove_objects(&mut txn, &new);
+            }
             txn.delete(&key, new)
         } else {
             txn.write(&key, new)
@@ -684,6 +705,13 @@ impl Plane {
             meta::meta_mut(&mut out).insert("resourceVersion".into(), json!(rv));
         } else {
             txn.commit();
+            match serves {
+                Some(_) if finished => {
+                    st.registry.remove(&crds::served_key(&out));
+                }
+                Some(served) => st.registry.insert(served),
+                None => {}
+            }
         }
         Ok(Written {
             obj: def.present(version, &out).into_owned(),

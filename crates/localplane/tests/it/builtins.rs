@@ -635,3 +635,114 @@ async fn dry_runs_answer_without_a_resource_version_and_store_nothing() {
     assert_eq!(now.spec.unwrap().holder_identity.as_deref(), Some("a"));
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_kinds_an_install_needs_are_defaulted_and_checked() {
+    let lp = serve(builder()).await;
+    let ns = "/api/v1/namespaces/ns1";
+    let (code, s) = post(
+        &lp,
+        &format!("{ns}/secrets"),
+        &json!({
+        "metadata": {"name": "cred"}, "stringData": {"kubeconfig": "hi"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(
+        s["data"],
+        json!({"kubeconfig": "aGk="}),
+        "stringData is stored as data"
+    );
+    assert_eq!(s["type"], "Opaque");
+    assert!(s.get("stringData").is_none());
+    let (code, s) = post(
+        &lp,
+        &format!("{ns}/secrets"),
+        &json!({
+        "metadata": {"name": "bad"}, "data": {"k": "not base64!"}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{s}");
+    assert_eq!(
+        s["message"],
+        r#"Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte 3"#
+    );
+    let (code, s) = post(
+        &lp,
+        &format!("{ns}/configmaps"),
+        &json!({
+        "metadata": {"name": "cm"}, "data": {"a": "1"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    let (code, s) = post(
+        &lp,
+        &format!("{ns}/serviceaccounts"),
+        &json!({"metadata": {"name": "sa"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+
+    let (code, s) = post(&lp, &format!("{ns}/services"), &json!({
+        "metadata": {"name": "svc"}, "spec": {"selector": {"app": "a"}, "ports": [{"name": "metrics", "port": 8080}]}})).await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["spec"]["type"], "ClusterIP");
+    assert_eq!(s["spec"]["ports"][0]["protocol"], "TCP");
+    assert_eq!(s["spec"]["ports"][0]["targetPort"], 8080);
+    assert!(s["spec"]["clusterIP"].is_string());
+    let (code, s) = post(
+        &lp,
+        &format!("{ns}/services"),
+        &json!({
+        "metadata": {"name": "none"}, "spec": {"type": "Bogus"}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(
+        s["message"],
+        r#"Service "none" is invalid: [spec.type: Unsupported value: "Bogus": supported values: "ClusterIP", "ExternalName", "LoadBalancer", "NodePort", spec.ports: Required value]"#
+    );
+
+    let deployment = |labels: Value, image: Value| {
+        json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "c", "image": image}]}}}})
+    };
+    let deployments = "/apis/apps/v1/namespaces/ns1/deployments";
+    let (code, s) = post(
+        &lp,
+        deployments,
+        &deployment(json!({"app": "b"}), json!(null)),
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(
+        s["message"],
+        r#"Deployment.apps "d" is invalid: [spec.template.metadata.labels: Invalid value: map[string]string{"app":"b"}: `selector` does not match template `labels`, spec.template.spec.containers[0].image: Required value]"#
+    );
+    let (code, s) = post(
+        &lp,
+        deployments,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d"}, "spec": {}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(
+        s["message"],
+        r#"Deployment.apps "d" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: map[string]string(nil): `selector` does not match template `labels`, spec.template.spec.containers: Required value]"#
+    );
+    let (code, s) = post(
+        &lp,
+        deployments,
+        &deployment(json!({"app": "a"}), json!("img:1")),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["spec"]["replicas"], 1);
+    assert_eq!(s["spec"]["strategy"]["type"], "RollingUpdate");
+    assert!(s.get("status").is_none(), "no controller gives it a status");
+    lp.shutdown().await;
+}

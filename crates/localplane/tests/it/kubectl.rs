@@ -561,3 +561,173 @@ async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_wa
     );
     lp.shutdown().await;
 }
+
+/// The kinds of a kustomize build and their names, as `kubectl get` addresses them.
+fn objects_of(yaml: &str) -> Vec<(String, String, Option<String>)> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    docs.into_iter()
+        .filter(|d| d.is_object())
+        .map(|d| {
+            let av = d["apiVersion"].as_str().unwrap();
+            let group = av.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+            let kind = d["kind"].as_str().unwrap().to_lowercase();
+            let resource = if group.is_empty() {
+                kind
+            } else {
+                format!("{kind}.{group}")
+            };
+            (
+                resource,
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+                d["metadata"]["namespace"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_install_and_the_crd_apply_and_are_served() {
+    let bin = kubectl_or_skip!();
+    // A bare cell: nothing of this project's is served until the install applies it.
+    let lp = localplane::LocalPlane::builder()
+        .identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN))
+        .build()
+        .unwrap()
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let root = repo_root();
+    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
+
+    // The runbook: the namespace first, then the overlay's base.
+    let out = k
+        .ok(&["apply", "-f", &path("config/egress-address/namespace.yaml")])
+        .await;
+    assert_eq!(out.trim(), "namespace/egress-address-system created");
+    let built = k.ok(&["kustomize", &path("config/egress-address")]).await;
+    let objects = objects_of(&built);
+    let mut kinds: Vec<&str> = objects.iter().map(|o| o.0.as_str()).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "clusterrole.rbac.authorization.k8s.io",
+            "clusterrolebinding.rbac.authorization.k8s.io",
+            "deployment.apps",
+            "namespace",
+            "role.rbac.authorization.k8s.io",
+            "rolebinding.rbac.authorization.k8s.io",
+            "service",
+            "serviceaccount",
+        ],
+        "the kinds the install needs"
+    );
+    let out = k.ok(&["apply", "-k", &path("config/egress-address")]).await;
+    for (resource, name, _) in &objects {
+        let kind = resource.split('.').next().unwrap();
+        assert!(out.contains(&format!("/{name} ")), "{kind}/{name} in {out}");
+    }
+    for (resource, name, ns) in &objects {
+        let mut args = vec!["get", resource.as_str(), name.as_str(), "-o", "name"];
+        if let Some(ns) = ns {
+            args.extend(["-n", ns.as_str()]);
+        }
+        let got = k.ok(&args).await;
+        assert!(got.trim().ends_with(&format!("/{name}")), "{args:?}: {got}");
+    }
+    // Applying it again changes nothing.
+    let out = k.ok(&["apply", "-k", &path("config/egress-address")]).await;
+    assert_eq!(out.matches(" unchanged").count(), objects.len(), "{out}");
+    let out = k
+        .ok(&["get", "deploy,svc,sa", "-n", "egress-address-system"])
+        .await;
+    assert!(
+        out.contains("deployment.apps/egress-address-controller   0/1"),
+        "{out}"
+    );
+    assert!(out.contains("ClusterIP"), "{out}");
+    assert!(out.contains("8080/TCP"), "{out}");
+
+    // The CRD: applied at runtime, listed, established, and its kind served from then on.
+    let (ok, _, err) = k.run(&["get", "egressshards", "-A"]).await;
+    assert!(
+        !ok && err.contains(r#"the server doesn't have a resource type "egressshards""#),
+        "{err}"
+    );
+    let crd = path("config/crd/network.datumapis.com_egressshards.yaml");
+    let out = k.ok(&["apply", "-f", &crd]).await;
+    assert_eq!(
+        out.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/egressshards.network.datumapis.com created"
+    );
+    let out = k.ok(&["get", "crd"]).await;
+    assert!(out.starts_with("NAME"), "{out}");
+    assert!(out.contains("egressshards.network.datumapis.com"), "{out}");
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/egressshards.network.datumapis.com",
+        "--timeout=30s",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "namespace",
+        "ns1",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ])
+    .await;
+    let ns = write(
+        k.home.path(),
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns1}\n",
+    );
+    k.ok(&["apply", "-f", &ns]).await;
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    let out = k.ok(&["apply", "-f", &f]).await;
+    assert!(
+        out.contains("egressshard.network.datumapis.com/s1 created"),
+        "{out}"
+    );
+    let out = k
+        .ok(&["explain", "egressshards.spec.shardAddressIPv6"])
+        .await;
+    assert!(out.contains("FIELD: shardAddressIPv6"), "{out}");
+    // Its schema's rules hold for objects written after it was applied.
+    let (ok, _, err) = k
+        .run(&[
+            "patch",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"shardAddressIPv6":"2001:db8::2"}}"#,
+        ])
+        .await;
+    assert!(
+        !ok && err.contains("shardAddressIPv6 is immutable once assigned"),
+        "{err}"
+    );
+    // Deleting the CRD stops serving the kind and takes its objects along. (kubectl's cached
+    // discovery still names the kind, so it asks, and the server answers as for any path it
+    // does not serve.)
+    k.ok(&["delete", "crd", "egressshards.network.datumapis.com"])
+        .await;
+    let (ok, _, err) = k.run(&["get", "egressshards", "-A"]).await;
+    assert!(
+        !ok && err.contains("the server could not find the requested resource"),
+        "{err}"
+    );
+    k.ok(&["apply", "-f", &crd]).await;
+    let (_, out, err) = k.run(&["get", "egressshards", "-A"]).await;
+    assert!(
+        out.is_empty() && err.contains("No resources found"),
+        "{out}{err}"
+    );
+    lp.shutdown().await;
+}
