@@ -649,6 +649,18 @@ async fn the_install_and_the_crd_apply_and_are_served() {
     assert!(out.contains("ClusterIP"), "{out}");
     assert!(out.contains("8080/TCP"), "{out}");
 
+    // Each kind prints the apiserver's columns.
+    for (kind, want) in [
+        ("svc", "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE"),
+        ("deploy", "NAME READY UP-TO-DATE AVAILABLE AGE"),
+        ("sa", "NAME SECRETS AGE"),
+        ("rolebinding", "NAME ROLE AGE"),
+        ("role", "NAME CREATED AT"),
+    ] {
+        let out = k.ok(&["get", kind, "-n", "egress-address-system"]).await;
+        let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(header.join(" "), want, "{out}");
+    }
     // The CRD: applied at runtime, listed, established, and its kind served from then on.
     let (ok, _, err) = k.run(&["get", "egressshards", "-A"]).await;
     assert!(
