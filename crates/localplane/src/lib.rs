@@ -37,8 +37,17 @@
 //! * Milo project planes under `/apis/resourcemanager.miloapis.com/v1alpha1/projects/{p}/control-plane`
 //!   (an unknown project is a plain-text 404, as Milo answers), with Milo IPAM on them
 //!   ([`ipam`]);
-//! * bearer-token identities and RBAC from stored roles and bindings; request counters; fault
-//!   injection, including the faults behind real races (below).
+//! * bearer-token identities and RBAC from stored roles and bindings; impersonation
+//!   (`Impersonate-User`/`-Group`/`-Uid`/`-Extra-*`, kubectl's `--as`), each part checked against
+//!   the real caller's `impersonate` grants and refused in the apiserver's words; the reviews
+//!   `kubectl auth can-i` (`--list`) and `kubectl auth whoami` create (SelfSubjectAccessReview,
+//!   SubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview), answered from the stored
+//!   RBAC, with every authenticated user allowed to review itself as bootstrap policy allows;
+//! * request bodies in JSON, YAML, and protobuf for the built-in kinds kubectl's typed commands
+//!   send that way (`create namespace|role|rolebinding|clusterrole|clusterrolebinding|secret|
+//!   configmap|serviceaccount`, the reviews): client-go never falls back from protobuf to JSON
+//!   (only from CBOR), so refusing it would break them; other types are a 415;
+//! * request counters; fault injection, including the faults behind real races (below).
 //!
 //! # Use in tests
 //!
@@ -124,7 +133,8 @@
 //! No field ownership (`managedFields`) for server-side apply, no strategic-merge list semantics
 //! (strategic merge patches of built-ins are merge patches), no garbage collection of owner
 //! references, no conversion between CRD versions, no CEL cost limits or validation ratcheting,
-//! no `deletecollection`, no protobuf, and a `continue` token pages over current state rather
+//! no `deletecollection`, no protobuf responses (and protobuf requests only for the kinds above),
+//! no `/openapi/v2`, and a `continue` token pages over current state rather
 //! than a snapshot. A precondition mismatch is always worded as the storage layer words it; the
 //! apiserver's earlier admission check (`the UID in the precondition (..) does not match the UID
 //! in record (..)`, details kind = the Kind) is not reproduced. The cell has no `kube-public`
@@ -145,8 +155,9 @@
 //   ipam/       Milo IPAM as StorageHooks; the builder's `ipam()`  -> app, plane, hooks
 //   app/        LocalPlane, its builder, serving it (Running)      -> server, shared, plane, store,
 //                                                                     kubeconfig, tls, ...
-//   server/     HTTP: routing, one function per verb and the faults it gets, responses, listening
-//               (and dropping a connection unanswered)            -> admin, shared, watch, rbac,
+//   server/     HTTP: routing, impersonation, one function per verb and the faults it gets, the
+//               reviews, responses, listening (and dropping a connection unanswered)
+//                                                                  -> admin, shared, watch, rbac,
 //                                                                     table, openapi, discovery,
 //                                                                     plane, faults, ...
 //   admin       /localplane/* endpoints                            -> shared, faults

@@ -77,6 +77,22 @@ impl ResourceDef {
         ResourceKey::new(self.group.clone(), self.plural.clone())
     }
 
+    /// The verbs the kind is served with (a review is only ever created).
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_review() {
+            &["create"]
+        } else {
+            &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ]
+        }
+    }
+
+    /// Whether this is a review kind (created to ask a question, never stored).
+    pub fn is_review(&self) -> bool {
+        self.builtin.is_some_and(BuiltinKind::is_review)
+    }
+
     /// The field labels lists and watches of the kind may select on.
     pub fn field_set(&self) -> FieldSet {
         self.builtin
@@ -244,6 +260,7 @@ impl ResourceDef {
 pub fn builtins() -> Vec<ResourceDef> {
     use BuiltinKind as B;
     const RBAC: &str = "rbac.authorization.k8s.io";
+    const AUTHZ: &str = "authorization.k8s.io";
     vec![
         ResourceDef::builtin(
             B::Namespace,
@@ -361,6 +378,46 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
         )
         .in_categories(&["api-extensions"]),
+        ResourceDef::builtin(
+            B::SelfSubjectAccessReview,
+            AUTHZ,
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::SelfSubjectRulesReview,
+            AUTHZ,
+            "v1",
+            "SelfSubjectRulesReview",
+            "selfsubjectrulesreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::SubjectAccessReview,
+            AUTHZ,
+            "v1",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::SelfSubjectReview,
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            &[],
+            false,
+            false,
+        ),
     ]
 }
 

@@ -286,12 +286,16 @@ fn printer(b: BuiltinKind) -> Option<Printer> {
             columns: BINDING,
             cells: binding_cells,
         },
-        BuiltinKind::Role | BuiltinKind::ClusterRole | BuiltinKind::CustomResourceDefinition => {
-            Printer {
-                columns: CREATED_AT,
-                cells: created_at,
-            }
-        }
+        BuiltinKind::Role
+        | BuiltinKind::ClusterRole
+        | BuiltinKind::CustomResourceDefinition
+        | BuiltinKind::SelfSubjectAccessReview
+        | BuiltinKind::SelfSubjectRulesReview
+        | BuiltinKind::SubjectAccessReview
+        | BuiltinKind::SelfSubjectReview => Printer {
+            columns: CREATED_AT,
+            cells: created_at,
+        },
     })
 }
 

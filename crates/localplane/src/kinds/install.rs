@@ -233,7 +233,13 @@ pub fn secret_to_storage(mut s: Value) -> Value {
             }
         }
     }
-    o.entry("type").or_insert(json!("Opaque"));
+    if o.get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty()
+    {
+        o.insert("type".into(), json!("Opaque"));
+    }
     s
 }
 

@@ -9,6 +9,7 @@ pub mod event;
 pub mod gotime;
 pub mod install;
 pub mod lease;
+pub mod protobuf;
 pub mod schemas;
 
 use std::borrow::Cow;
@@ -43,6 +44,10 @@ pub enum BuiltinKind {
     Service,
     Deployment,
     CustomResourceDefinition,
+    SelfSubjectAccessReview,
+    SelfSubjectRulesReview,
+    SubjectAccessReview,
+    SelfSubjectReview,
 }
 
 static NAMESPACE: Lazy = Lazy::new(generate::<api::core::v1::Namespace>);
@@ -59,6 +64,10 @@ static CONFIG_MAP: Lazy = Lazy::new(generate::<api::core::v1::ConfigMap>);
 static SERVICE: Lazy = Lazy::new(generate::<api::core::v1::Service>);
 static DEPLOYMENT: Lazy = Lazy::new(generate::<api::apps::v1::Deployment>);
 static CRD: Lazy = Lazy::new(generate::<CustomResourceDefinition>);
+static SSAR: Lazy = Lazy::new(generate::<api::authorization::v1::SelfSubjectAccessReview>);
+static SSRR: Lazy = Lazy::new(generate::<api::authorization::v1::SelfSubjectRulesReview>);
+static SAR: Lazy = Lazy::new(generate::<api::authorization::v1::SubjectAccessReview>);
+static SSR: Lazy = Lazy::new(generate::<api::authentication::v1::SelfSubjectReview>);
 
 impl BuiltinKind {
     /// The kind's OpenAPI schema (generated on first use, once per process).
@@ -78,7 +87,22 @@ impl BuiltinKind {
             BuiltinKind::Service => SERVICE.get(),
             BuiltinKind::Deployment => DEPLOYMENT.get(),
             BuiltinKind::CustomResourceDefinition => CRD.get(),
+            BuiltinKind::SelfSubjectAccessReview => SSAR.get(),
+            BuiltinKind::SelfSubjectRulesReview => SSRR.get(),
+            BuiltinKind::SubjectAccessReview => SAR.get(),
+            BuiltinKind::SelfSubjectReview => SSR.get(),
         }
+    }
+
+    /// A review: created to ask a question, answered in the response, never stored.
+    pub fn is_review(self) -> bool {
+        matches!(
+            self,
+            BuiltinKind::SelfSubjectAccessReview
+                | BuiltinKind::SelfSubjectRulesReview
+                | BuiltinKind::SubjectAccessReview
+                | BuiltinKind::SelfSubjectReview
+        )
     }
 
     /// Where the kind's objects are stored, when another kind's store holds them.

@@ -4,9 +4,11 @@
 //! resource requests to [`resource`]; [`routes`] parses paths and verbs, [`respond`] renders
 //! bodies and errors, and [`listen`] accepts connections (and drops one when a fault says so).
 
+mod impersonate;
 pub(crate) mod listen;
 mod resource;
 mod respond;
+mod review;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -49,6 +51,14 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         shared.record(&plane_name, parts.method.as_str(), &route.rest, 401);
         return ApiError::unauthorized().into_response();
     };
+    let subject = match impersonate::subject(&identity, &parts.headers, &route.plane, shared.rbac) {
+        Ok(s) => s,
+        Err(e) => {
+            let code = e.code();
+            shared.record(&plane_name, "impersonate", &route.rest, code);
+            return e.into_response();
+        }
+    };
     let Some(rp) = ResourcePath::parse(&segs) else {
         let resp = match routes::non_resource(&route.plane, &segs, &route.prefix, &parts.headers) {
             Some(v) => ok_json(&v),
@@ -61,15 +71,15 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     let query = Query::parse(parts.uri.query().unwrap_or(""));
     let verb = Verb::of(&parts.method, rp.name.is_some(), &query);
     let caller = Caller {
-        user: identity.user_name().to_string(),
-        groups: identity.all_groups(),
+        user: subject.user.clone(),
+        groups: subject.groups.clone(),
         project: route.plane.project().map(str::to_string),
     };
     let conn = parts.extensions.get::<listen::Connection>().cloned();
     let req = resource::Request {
         shared: shared.clone(),
         plane: route.plane,
-        identity,
+        subject,
         caller,
         verb,
         path: rp,

@@ -10,12 +10,13 @@ use bytes::Bytes;
 use http::{HeaderMap, header};
 use serde_json::{Value, json};
 
+use super::impersonate::Subject;
 use super::listen::Silence;
 use super::respond::{
     Shape, as_version, json_body, json_response, list_body, ok_json, resource_not_found,
 };
+use super::review;
 use super::routes::{Query, ResourcePath, Verb};
-use crate::config::Identity;
 use crate::error::ApiError;
 use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
@@ -33,7 +34,7 @@ const MAX_BODY: usize = 64 << 20;
 pub(crate) struct Request<'a> {
     pub shared: Arc<Shared>,
     pub plane: Plane,
-    pub identity: Identity,
+    pub subject: Subject,
     pub caller: Caller,
     pub verb: Verb,
     pub path: ResourcePath,
@@ -46,6 +47,9 @@ struct Call {
     plane: Plane,
     def: Arc<ResourceDef>,
     caller: Caller,
+    /// Whom the request acts as (the reviews answer about them).
+    subject: Subject,
+    rbac: bool,
     verb: Verb,
     path: ResourcePath,
     query: Query,
@@ -187,9 +191,8 @@ fn settle(count: &Count, call: &Call, body: &[u8], after: Option<Failure>) -> Re
 /// Resolves and authorizes the request, and draws the faults it gets.
 fn admit(req: Request<'_>) -> Result<(Call, Decision), ApiError> {
     let shared = req.shared.clone();
-    let identity = req.identity.clone();
     let call = resolve(req)?;
-    authorize(&shared, &identity, &call)?;
+    authorize(&shared, &call)?;
     let fault_resource = match &call.path.sub {
         Some(s) => format!("{}/{s}", call.def.plural),
         None => call.def.plural.clone(),
@@ -230,6 +233,7 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
     };
     if req.verb == Verb::Unsupported
         || (status && !matches!(req.verb, Verb::Get | Verb::Update | Verb::Patch))
+        || (def.is_review() && req.verb != Verb::Create)
     {
         return Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
@@ -247,9 +251,11 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
         .to_string();
     Ok(Call {
         shape: Shape::of(req.headers),
+        rbac: req.shared.rbac,
         plane: req.plane,
         def,
         caller: req.caller,
+        subject: req.subject,
         verb: req.verb,
         path: req.path,
         query: req.query,
@@ -258,9 +264,10 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
     })
 }
 
-/// RBAC from the plane's own roles and bindings, for identities that are not admins.
-fn authorize(shared: &Shared, identity: &Identity, call: &Call) -> Result<(), ApiError> {
-    if !shared.rbac || identity.admin {
+/// RBAC from the plane's own roles and bindings, for whoever the request acts as, unless that
+/// is an admin (or the request reviews its own access, which everyone may).
+fn authorize(shared: &Shared, call: &Call) -> Result<(), ApiError> {
+    if !shared.rbac || call.subject.privileged || review::needs_no_grant(&call.def) {
         return Ok(());
     }
     let def = &call.def;
@@ -290,6 +297,7 @@ fn apply(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     match call.verb {
         Verb::Get => get(call),
         Verb::List => list(call),
+        Verb::Create if call.def.is_review() => review(call, body),
         Verb::Create => create(call, body),
         Verb::Update => update(call, body),
         Verb::Patch => patch(call, body),
@@ -468,8 +476,14 @@ fn warning_header(text: &str) -> String {
     format!("299 - \"{q}\"")
 }
 
+fn review(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let asked = parse_body(call, body)?;
+    let answer = review::answer(&call.def, &call.plane, call.rbac, &call.subject, asked)?;
+    Ok(json_response(201, json_body(&answer)))
+}
+
 fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = parse_json(body)?;
+    let obj = parse_body(call, body)?;
     let created = call
         .plane
         .create(call.target(), obj, &call.caller, &call.write_opts())?;
@@ -477,7 +491,7 @@ fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = parse_json(body)?;
+    let obj = parse_body(call, body)?;
     let updated = call.plane.update(
         call.target(),
         call.name(),
@@ -552,10 +566,45 @@ async fn read_bytes(body: Body) -> Result<Bytes, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))
 }
 
-fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
+/// A create or update body in the media types the kind accepts: JSON and YAML always, and
+/// protobuf for the built-in kinds kubectl sends that way. Any other type is refused with 415,
+/// as the apiserver refuses a type it has no decoder for.
+fn parse_body(call: &Call, body: &[u8]) -> Result<Value, ApiError> {
+    let protobuf = call
+        .def
+        .builtin
+        .filter(|b| crate::kinds::protobuf::accepts(*b));
+    let accepted = if protobuf.is_some() {
+        "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+    } else {
+        "application/json, application/yaml"
+    };
+    let unknown = || {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            ),
+        )
+    };
+    let cannot = |e: String| {
         ApiError::bad_request(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+            kind = call.def.kind,
+            version = call.path.version
         ))
-    })
+    };
+    match call.content_type.as_str() {
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| cannot(e.to_string())),
+        "application/yaml" => std::str::from_utf8(body)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_saphyr::from_str(t).map_err(|e| e.to_string()))
+            .map_err(cannot),
+        "application/vnd.kubernetes.protobuf" => match protobuf {
+            Some(b) => crate::kinds::protobuf::decode(b, body).map_err(cannot),
+            None => Err(unknown()),
+        },
+        _ => Err(unknown()),
+    }
 }

@@ -605,6 +605,24 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         .ok(&["apply", "-f", &path("config/egress-address/namespace.yaml")])
         .await;
     assert_eq!(out.trim(), "namespace/egress-address-system created");
+    // Step 4: the credential, with kubectl's own (protobuf) create.
+    let cred = write(
+        k.home.path(),
+        "egress-address.kubeconfig",
+        "apiVersion: v1\nkind: Config\n",
+    );
+    let out = k
+        .ok(&[
+            "-n",
+            "egress-address-system",
+            "create",
+            "secret",
+            "generic",
+            "egress-address-ipam-kubeconfig",
+            &format!("--from-file=kubeconfig={cred}"),
+        ])
+        .await;
+    assert_eq!(out.trim(), "secret/egress-address-ipam-kubeconfig created");
     let built = k.ok(&["kustomize", &path("config/egress-address")]).await;
     let objects = objects_of(&built);
     let mut kinds: Vec<&str> = objects.iter().map(|o| o.0.as_str()).collect();
@@ -741,5 +759,231 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         out.is_empty() && err.contains("No resources found"),
         "{out}{err}"
     );
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    for args in [
+        &["create", "namespace", "team"][..],
+        &[
+            "create",
+            "role",
+            "r",
+            "-n",
+            "team",
+            "--verb=get,list",
+            "--resource=leases.coordination.k8s.io",
+        ],
+        &[
+            "create",
+            "rolebinding",
+            "rb",
+            "-n",
+            "team",
+            "--role=r",
+            "--user=alice",
+            "--group=devs",
+            "--serviceaccount=team:robot",
+        ],
+        &[
+            "create",
+            "clusterrole",
+            "cr",
+            "--verb=get",
+            "--resource=namespaces",
+        ],
+        &[
+            "create",
+            "clusterrolebinding",
+            "crb",
+            "--clusterrole=cr",
+            "--group=devs",
+        ],
+        &[
+            "create",
+            "secret",
+            "generic",
+            "cred",
+            "-n",
+            "team",
+            "--from-literal=kubeconfig=hi",
+        ],
+        &[
+            "create",
+            "configmap",
+            "cm",
+            "-n",
+            "team",
+            "--from-literal=a=1",
+        ],
+        &["create", "serviceaccount", "robot", "-n", "team"],
+    ] {
+        let out = k.ok(args).await;
+        assert!(out.contains(" created"), "{args:?}: {out}");
+    }
+    let get = |what: &'static str, path: &'static str| {
+        let k = &k;
+        async move {
+            k.ok(&["get", what, "-n", "team", "-o", &format!("jsonpath={path}")])
+                .await
+        }
+    };
+    assert_eq!(
+        get("role/r", "{.rules[0].verbs}").await,
+        r#"["get","list"]"#
+    );
+    assert_eq!(
+        get("role/r", "{.rules[0].apiGroups}").await,
+        r#"["coordination.k8s.io"]"#
+    );
+    assert_eq!(
+        get("rolebinding/rb", "{.roleRef.kind}/{.roleRef.name}").await,
+        "Role/r"
+    );
+    assert_eq!(
+        get("rolebinding/rb", "{.subjects[*].kind}").await,
+        "User Group ServiceAccount"
+    );
+    assert_eq!(get("secret/cred", "{.data.kubeconfig}").await, "aGk=");
+    assert_eq!(get("secret/cred", "{.type}").await, "Opaque");
+    assert_eq!(get("configmap/cm", "{.data.a}").await, "1");
+    assert_eq!(
+        get("clusterrolebinding/crb", "{.subjects[0].name}").await,
+        "devs"
+    );
+    let out = k
+        .ok(&["get", "namespace", "team", "-o", "jsonpath={.status.phase}"])
+        .await;
+    assert_eq!(out, "Active");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn auth_can_i_whoami_and_as_under_rbac() {
+    let bin = kubectl_or_skip!();
+    let lp = builder()
+        .rbac(true)
+        .build()
+        .unwrap()
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let admin = Kubectl::new(bin.clone(), &lp, "cell", ADMIN);
+    let user = Kubectl::new(bin, &lp, "cell", USER);
+    let can_i = |k: &Kubectl, args: &[&str]| {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        let a: Vec<String> = a.into_iter().map(str::to_string).collect();
+        let k = k.command(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        async move {
+            let mut k = k;
+            let out = k.output().await.unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            )
+        }
+    };
+    // Before any grant: no, as the user and as the admin asking for the user.
+    assert_eq!(
+        can_i(&user, &["list", "leases", "-n", "ns1"]).await,
+        (Some(1), "no".into())
+    );
+    assert_eq!(
+        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", USER_NAME]).await,
+        (Some(1), "no".into())
+    );
+    assert_eq!(
+        can_i(&admin, &["list", "leases", "-n", "ns1"]).await,
+        (Some(0), "yes".into())
+    );
+    admin
+        .ok(&[
+            "create",
+            "role",
+            "lease-reader",
+            "-n",
+            "ns1",
+            "--verb=get,list",
+            "--resource=leases",
+        ])
+        .await;
+    admin
+        .ok(&[
+            "create",
+            "rolebinding",
+            "lease-reader",
+            "-n",
+            "ns1",
+            "--role=lease-reader",
+            &format!("--user={USER_NAME}"),
+        ])
+        .await;
+    assert_eq!(
+        can_i(&user, &["list", "leases", "-n", "ns1"]).await,
+        (Some(0), "yes".into())
+    );
+    assert_eq!(
+        can_i(&user, &["delete", "leases", "-n", "ns1"]).await,
+        (Some(1), "no".into())
+    );
+    assert_eq!(
+        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", USER_NAME]).await,
+        (Some(0), "yes".into())
+    );
+    assert_eq!(
+        can_i(
+            &admin,
+            &["list", "leases", "-n", "default", "--as", USER_NAME]
+        )
+        .await,
+        (Some(1), "no".into())
+    );
+    let list = user.ok(&["auth", "can-i", "--list", "-n", "ns1"]).await;
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("leases.coordination.k8s.io"))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(row.ends_with("[get list]"), "{list}");
+
+    // whoami, as oneself and as someone else.
+    let out = user.ok(&["auth", "whoami"]).await;
+    assert!(out.contains(&format!("Username    {USER_NAME}")), "{out}");
+    assert!(out.contains("Groups      [system:authenticated]"), "{out}");
+    let out = admin
+        .ok(&["auth", "whoami", "--as", "bob", "--as-group", "devs"])
+        .await;
+    assert!(out.contains("Username    bob"), "{out}");
+    assert!(
+        out.contains("Groups      [devs system:authenticated]"),
+        "{out}"
+    );
+
+    // --as is checked: the user may not impersonate, and the admin acting as the user has only
+    // the user's access.
+    let (ok, _, err) = user
+        .run(&["get", "leases", "-n", "ns1", "--as", "bob"])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(r#"Error from server (Forbidden): users "bob" is forbidden: User "{USER_NAME}" cannot impersonate resource "users" in API group "" at the cluster scope"#)),
+        "{err}"
+    );
+    let (ok, _, err) = admin
+        .run(&["get", "leases", "-n", "default", "--as", USER_NAME])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(r#"User "{USER_NAME}" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "default""#)),
+        "{err}"
+    );
+    let (ok, _, err) = admin
+        .run(&["get", "leases", "-n", "ns1", "--as", USER_NAME])
+        .await;
+    assert!(ok, "{err}");
     lp.shutdown().await;
 }

@@ -5,6 +5,7 @@ mod builtins;
 mod cell;
 mod common;
 mod faults;
+mod identity;
 mod ipam_http;
 mod ipam_kubectl;
 mod kube_conformance;
