@@ -277,6 +277,10 @@ async fn access_reviews_answer_from_the_stored_rbac() {
     let rules = s["status"]["resourceRules"].as_array().unwrap();
     assert!(rules.contains(&json!({"verbs": ["get", "list"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]})), "{s}");
     assert!(rules.contains(&json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"]})), "{s}");
+    // ...and what every authenticated user may do (bootstrap policy's system:basic-user).
+    let basic = json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]});
+    assert!(rules.contains(&basic), "{s}");
     assert_eq!(
         s["status"]["nonResourceRules"],
         json!([{"verbs": ["get"], "nonResourceURLs": ["/healthz", "/metrics/*"]}])
