@@ -1,6 +1,7 @@
 //! localplane's integration tests, in one binary: kube-rs and kubectl against real HTTP, the
 //! Kubernetes semantics and Milo IPAM.
 
+mod binary;
 mod builtins;
 mod cell;
 mod common;
