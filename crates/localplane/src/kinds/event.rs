@@ -198,42 +198,6 @@ fn has_time(o: &Value, k: &str) -> bool {
     o.get(k).is_some_and(|v| !v.is_null())
 }
 
-/// A qualified name (`name` or `prefix/name`), with Go's messages for what is wrong with it.
-fn qualified_name_errors(v: &str) -> Vec<String> {
-    const NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-    let parts: Vec<&str> = v.split('/').collect();
-    let mut errs = vec![];
-    let name = match parts.as_slice() {
-        [n] => *n,
-        [prefix, n] => {
-            if prefix.is_empty() {
-                errs.push("prefix part must be non-empty".to_string());
-            } else if !crate::meta::validate_name(prefix, false).is_empty() {
-                errs.push("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string());
-            }
-            n
-        }
-        _ => {
-            return vec!["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".to_string()];
-        }
-    };
-    if name.is_empty() {
-        errs.push("name part must be non-empty".into());
-    } else if name.len() > 63 {
-        errs.push("name part must be no more than 63 characters".into());
-    }
-    let b = name.as_bytes();
-    let shaped = !b.is_empty()
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
-    if !shaped {
-        errs.push(NAME_MSG.into());
-    }
-    errs
-}
-
 /// What every Event must satisfy, in either API (the apiserver's `legacyValidateEvent`).
 fn legacy(e: &Value, api: EventApi) -> Vec<FieldError> {
     let mut errs = vec![];
@@ -267,7 +231,7 @@ fn legacy(e: &Value, api: EventApi) -> Vec<FieldError> {
     if controller.is_empty() {
         errs.push(FieldError::required(controller_field, ""));
     }
-    for msg in qualified_name_errors(controller) {
+    for msg in crate::meta::qualified_name_errors(controller) {
         errs.push(FieldError::invalid(
             controller_field,
             &json!(controller),

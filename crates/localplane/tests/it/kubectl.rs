@@ -987,3 +987,90 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
     assert!(ok, "{err}");
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let f = write(k.home.path(), "s.yaml", SHARD);
+
+    // A server-side dry run answers with the object as it would be stored, without a
+    // resourceVersion, and stores nothing.
+    let out = k
+        .ok(&["create", "-f", &f, "--dry-run=server", "-o", "json"])
+        .await;
+    let dry: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(dry["metadata"]["uid"].is_string(), "{out}");
+    assert!(dry["metadata"].get("resourceVersion").is_none(), "{out}");
+    let (ok, _, err) = k.run(&["get", "egressshard", "s1", "-n", "ns1"]).await;
+    assert!(!ok && err.contains("not found"), "{err}");
+
+    // A malformed label selector is refused with labels.Parse's words.
+    k.ok(&["apply", "-f", &f]).await;
+    let (ok, _, err) = k
+        .run(&["get", "egressshards", "-n", "ns1", "-l", "a b"])
+        .await;
+    assert!(!ok);
+    assert!(err.contains("Error from server (BadRequest)"), "{err}");
+    assert!(
+        err.contains(
+            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
+        ),
+        "{err}"
+    );
+    let (ok, _, err) = k
+        .run(&["get", "egressshards", "-n", "ns1", "-l", "a=b c"])
+        .await;
+    assert!(
+        !ok && err.contains("found 'c', expected: ',' or 'end of string'"),
+        "{err}"
+    );
+    let out = k
+        .ok(&[
+            "get",
+            "egressshards",
+            "-n",
+            "ns1",
+            "-l",
+            "!missing",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(out.trim(), "egressshard.network.datumapis.com/s1");
+
+    // conditions is a list-map keyed by type: two entries with one type are refused.
+    let condition = r#"{"type":"Programmed","status":"True","reason":"R","message":"m","lastTransitionTime":"2026-01-01T00:00:00Z"}"#;
+    let (ok, _, err) = k
+        .run(&[
+            "patch",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{{"conditions":[{condition},{condition}]}}}}"#),
+        ])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The EgressShard "s1" is invalid: status.conditions[1]: Duplicate value: map[string]interface {}{"type":"Programmed"}"#),
+        "{err}"
+    );
+    k.ok(&[
+        "patch",
+        "egressshard",
+        "s1",
+        "-n",
+        "ns1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"conditions":[{condition}]}}}}"#),
+    ])
+    .await;
+    lp.shutdown().await;
+}
