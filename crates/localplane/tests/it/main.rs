@@ -11,3 +11,4 @@ mod ipam_http;
 mod ipam_kubectl;
 mod kube_conformance;
 mod kubectl;
+mod python;
