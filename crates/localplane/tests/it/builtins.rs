@@ -71,6 +71,27 @@ async fn events_are_one_store_served_in_two_versions() {
     assert!(seen.deprecated_first_timestamp.is_some());
     assert_eq!(seen.event_time, None);
 
+    // The plane's own reads see each kind as it is served, like a GET does.
+    let events_v1 = localplane::ResourceKey::new("events.k8s.io", "events");
+    let seen = lp.cell().objects(&events_v1, Some("ns1"));
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0]["note"], "assigned 2001:db8::1", "{seen:?}");
+    let one = lp.cell().object(&events_v1, Some("ns1"), "e2").unwrap();
+    assert_eq!(one["regarding"]["name"], "s2");
+    let core_key = localplane::ResourceKey::new("", "events");
+    assert_eq!(
+        lp.cell().object(&core_key, Some("ns1"), "e2").unwrap()["message"],
+        "from a core client"
+    );
+    assert_eq!(
+        lp.cell()
+            .count_where(&events_v1, None, |e| e["note"].is_string()),
+        (2, 2)
+    );
+    let mut tally = lp
+        .cell()
+        .tally(&events_v1, Some("ns1"), |e| e["regarding"]["name"] == "s1");
+    assert_eq!(tally.counts(), (2, 1));
     let raw_core = core.get("e1").await.unwrap();
     assert_eq!(
         events
