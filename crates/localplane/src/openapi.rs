@@ -206,13 +206,21 @@ pub fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value
             json!({"required": true, "content": content(reference(&name), &["application/json"])});
         item["patch"]["requestBody"] =
             json!({"required": true, "content": content(reference(PATCH), &ptypes)});
-        paths.insert(format!("{base}{scope}/{}/{{name}}", d.plural), item);
+        // A review is only ever created: it has no object paths and no list.
+        if !d.is_review() {
+            paths.insert(format!("{base}{scope}/{}/{{name}}", d.plural), item);
+        }
         let mut coll = json!({
             "parameters": coll_params,
             "get": op("list", &[]),
             "post": op("post", &write_params()),
         });
         coll["get"]["responses"] = ok(&list_name);
+        if d.is_review()
+            && let Some(c) = coll.as_object_mut()
+        {
+            c.remove("get");
+        }
         coll["post"]["requestBody"] =
             json!({"required": true, "content": content(reference(&name), &["application/json"])});
         paths.insert(format!("{base}{scope}/{}", d.plural), coll);
