@@ -29,7 +29,8 @@
 //!   event) for resourceVersions older than the bounded history;
 //! * CRD validation: pruning, defaulting, OpenAPI constraints and `x-kubernetes-validations` (CEL,
 //!   with transition rules), refused with 422 Status bodies worded like the apiserver's;
-//! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`), Table responses from printer columns;
+//! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`) and v2 (JSON, or the protobuf client-go
+//!   asks for when re-applying a custom resource), Table responses from printer columns;
 //! * a cell that looks like one: namespace `kube-system` exists from the start, and its uid
 //!   ([`LocalPlane::cell_uid`]), the cell's identity, is random per localplane and cannot change
 //!   (`default`, `kube-system` and `kube-public` may not be deleted, as namespace-lifecycle
@@ -134,7 +135,7 @@
 //! (strategic merge patches of built-ins are merge patches), no garbage collection of owner
 //! references, no conversion between CRD versions, no CEL cost limits or validation ratcheting,
 //! no `deletecollection`, no protobuf responses (and protobuf requests only for the kinds above),
-//! no `/openapi/v2`, and a `continue` token pages over current state rather
+//! and a `continue` token pages over current state rather
 //! than a snapshot. A precondition mismatch is always worded as the storage layer words it; the
 //! apiserver's earlier admission check (`the UID in the precondition (..) does not match the UID
 //! in record (..)`, details kind = the Kind) is not reproduced. The cell has no `kube-public`
@@ -167,7 +168,7 @@
 //   plane/      one control plane: mod (registry, hooks), read, write, delete, tally
 //                                                                  -> store, resources, schema,
 //                                                                     selector, meta
-//   rbac, table, openapi, discovery                                -> store, resources, kinds, meta
+//   rbac, table, openapi, openapi_v2, discovery                    -> store, resources, kinds, meta
 //   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
 //   resources   the kinds a plane serves                           -> kinds, selector, hooks
 //   kinds/      what the apiserver knows of its built-in kinds: schemas, decoding, conversion,
@@ -202,6 +203,7 @@ mod locks;
 mod meta;
 mod metrics;
 mod openapi;
+mod openapi_v2;
 mod plane;
 mod rbac;
 mod resources;

@@ -59,6 +59,11 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             return e.into_response();
         }
     };
+    if segs == ["openapi", "v2"] {
+        let resp = openapi_v2(&route.plane, &parts.headers);
+        shared.record(&plane_name, "get", &route.rest, resp.status().as_u16());
+        return resp;
+    }
     let Some(rp) = ResourcePath::parse(&segs) else {
         let resp = match routes::non_resource(&route.plane, &segs, &route.prefix, &parts.headers) {
             Some(v) => ok_json(&v),
@@ -90,6 +95,24 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         Reply::Answer(r) => r,
         Reply::Silence(how) => listen::silence(conn, how, shared.shutdown.subscribe()).await,
     }
+}
+
+/// `/openapi/v2`, in protobuf when the client asks for it (client-go does), else JSON.
+fn openapi_v2(plane: &crate::plane::Plane, headers: &HeaderMap) -> Response {
+    let doc = crate::openapi_v2::document(&plane.read().registry);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !accept.contains("protobuf") {
+        return ok_json(&doc);
+    }
+    let mut resp = Response::new(Body::from(crate::openapi_v2::protobuf(&doc)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(crate::openapi_v2::PROTOBUF),
+    );
+    resp
 }
 
 fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<Identity> {

@@ -1074,3 +1074,41 @@ async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
     .await;
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    // explain reads v3 unless told to read v2 (as protobuf).
+    let out = k
+        .ok(&["explain", "leases.spec", "--output=plaintext-openapiv2"])
+        .await;
+    assert!(out.contains("RESOURCE: spec <Object>"), "{out}");
+    assert!(out.contains("holderIdentity\t<string>"), "{out}");
+    let out = k
+        .ok(&[
+            "explain",
+            "egressshards.spec.targetRef",
+            "--output=plaintext-openapiv2",
+        ])
+        .await;
+    assert!(out.contains("kind\t<string> -required-"), "{out}");
+    // Re-applying a changed custom resource asks v2 which patch type its PATCH takes.
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    k.ok(&["apply", "-f", &f]).await;
+    let f2 = write(k.home.path(), "s2.yaml", &SHARD.replace("node-1", "node-2"));
+    let (ok, out, err) = k.run(&["apply", "-f", &f2, "-v=6"]).await;
+    assert!(ok && out.contains("configured"), "{out}{err}");
+    let asked = err
+        .lines()
+        .find(|l| l.contains("/openapi/v2?"))
+        .unwrap_or_else(|| panic!("kubectl did not ask for /openapi/v2:\n{err}"));
+    assert!(asked.contains("200 OK"), "{asked}");
+    let patched = err
+        .lines()
+        .find(|l| l.contains("verb=\"PATCH\""))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(patched.contains("200 OK"), "{patched}");
+    lp.shutdown().await;
+}
