@@ -18,7 +18,9 @@
 //!   converts them, selected by the same field labels (`involvedObject.*`, `reason`, `type`,
 //!   `reportingComponent`, `source`; `regarding.*`, `reportingController`), so `kubectl describe`
 //!   and `kubectl events` show what a controller publishes through either;
-//! * get/list (label and field selectors, `limit`/`continue`), create, PUT, merge/JSON patch,
+//! * get/list (label selectors parsed, and refused, as `labels.Parse` does; field selectors;
+//!   `limit`/`continue`), create, PUT, merge/JSON patch, dry runs (answered as the storage layer
+//!   would store, without a resourceVersion on a create, using none up),
 //!   server-side apply as create-or-merge (no field ownership), delete with finalizers and with
 //!   `DeleteOptions.preconditions` (`uid`, `resourceVersion`);
 //! * server-managed metadata (uid, creationTimestamp, one monotonic resourceVersion per plane,
@@ -27,8 +29,9 @@
 //! * watches with bookmarks, timeouts, metadata-only and Table output, streaming lists
 //!   (`sendInitialEvents`, which kubectl 1.37 uses), and 410 Expired (as a 200 with an ERROR
 //!   event) for resourceVersions older than the bounded history;
-//! * CRD validation: pruning, defaulting, OpenAPI constraints and `x-kubernetes-validations` (CEL,
-//!   with transition rules), refused with 422 Status bodies worded like the apiserver's;
+//! * CRD validation: pruning, defaulting, OpenAPI constraints, list-map keys and
+//!   `x-kubernetes-validations` (CEL, with transition rules), refused with 422 Status bodies
+//!   worded like the apiserver's;
 //! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`) and v2 (JSON, or the protobuf client-go
 //!   asks for when re-applying a custom resource), Table responses from printer columns;
 //! * a cell that looks like one: namespace `kube-system` exists from the start, and its uid
@@ -37,7 +40,7 @@
 //!   admission refuses);
 //! * Milo project planes under `/apis/resourcemanager.miloapis.com/v1alpha1/projects/{p}/control-plane`
 //!   (an unknown project is a plain-text 404, as Milo answers), with Milo IPAM on them
-//!   ([`ipam`]);
+//!   ([`ipam`]; the `localplane` binary serves it on every project it serves);
 //! * bearer-token identities and RBAC from stored roles and bindings; impersonation
 //!   (`Impersonate-User`/`-Group`/`-Uid`/`-Extra-*`, kubectl's `--as`), each part checked against
 //!   the real caller's `impersonate` grants and refused in the apiserver's words; the reviews
