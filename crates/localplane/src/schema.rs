@@ -335,6 +335,9 @@ fn validate_node(schema: &Value, v: &Value, path: &str, root: bool, errs: &mut V
                     }
                 }
             }
+            if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
+                errs.extend(list_map_duplicates(schema, items, path));
+            }
             if let Some(item_schema) = schema.get("items") {
                 for (i, it) in items.iter().enumerate() {
                     validate_node(item_schema, it, &format!("{path}[{i}]"), false, errs);
@@ -383,6 +386,43 @@ fn validate_node(schema: &Value, v: &Value, path: &str, root: bool, errs: &mut V
         }
         _ => {}
     }
+}
+
+/// Items of a `x-kubernetes-list-type: map` list whose keys an earlier item already has, as
+/// the apiserver refuses them: `Duplicate value` with the keys as Go prints a
+/// `map[string]interface {}`.
+fn list_map_duplicates(schema: &Value, items: &[Value], path: &str) -> Vec<FieldError> {
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut seen: Vec<Vec<Option<&Value>>> = vec![];
+    let mut errs = vec![];
+    for (i, it) in items.iter().enumerate() {
+        let Some(o) = it.as_object() else {
+            continue;
+        };
+        let key: Vec<Option<&Value>> = keys.iter().map(|k| o.get(*k)).collect();
+        if seen.contains(&key) {
+            let mut sorted: Vec<(&str, Option<&Value>)> =
+                keys.iter().copied().zip(key.iter().copied()).collect();
+            sorted.sort_by_key(|(k, _)| *k);
+            let shown: Vec<String> = sorted
+                .iter()
+                .filter_map(|(k, v)| v.map(|v| format!("{k:?}:{}", render_value(v))))
+                .collect();
+            errs.push(FieldError {
+                kind: FieldErrorKind::Duplicate,
+                field: format!("{path}[{i}]"),
+                value: Some(format!("map[string]interface {{}}{{{}}}", shown.join(", "))),
+                detail: String::new(),
+            });
+        } else {
+            seen.push(key);
+        }
+    }
+    errs
 }
 
 thread_local! {

@@ -1,11 +1,15 @@
 //! localplane's integration tests, in one binary: kube-rs and kubectl against real HTTP, the
 //! Kubernetes semantics and Milo IPAM.
 
+mod binary;
+mod builtins;
 mod cell;
 mod common;
 mod faults;
+mod identity;
 mod ipam_http;
 mod ipam_kubectl;
 mod kube_conformance;
 mod kubectl;
+mod python;
 mod world;
