@@ -78,3 +78,39 @@ pub fn documents(path: &str) -> Vec<Value> {
         .filter(|d| d.is_object())
         .collect()
 }
+
+/// The text of a `## ` section of docs/operations.md, up to the next `## `.
+pub fn runbook_section(heading: &str) -> String {
+    let text = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let start = text
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("docs/operations.md has no section \"## {heading}\""));
+    let body = &text[start + 1..];
+    let end = body[3..].find("\n## ").map_or(body.len(), |i| i + 4);
+    body[..end].to_string()
+}
+
+/// The fenced blocks of `lang` in `text`, each with the fence's own indentation taken off (the
+/// runbook's blocks sit inside numbered list items), and the line each starts on.
+pub fn fenced_blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
+    let mut blocks = vec![];
+    let mut open: Option<(usize, usize, String)> = None;
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        let trimmed = line.trim_start();
+        match &mut open {
+            None if trimmed == format!("```{lang}") => open = Some((n, indent, String::new())),
+            Some((start, _, body)) if trimmed == "```" => {
+                blocks.push((*start, std::mem::take(body)));
+                open = None;
+            }
+            Some((_, fence_indent, body)) => {
+                body.push_str(line.get(*fence_indent..).unwrap_or("").trim_end());
+                body.push('\n');
+            }
+            None => {}
+        }
+    }
+    assert!(open.is_none(), "an unclosed ```{lang} block");
+    blocks
+}

@@ -13,4 +13,5 @@ mod common;
 mod completions;
 mod demo;
 mod grants;
+mod install;
 mod manifests;

@@ -333,45 +333,9 @@ fn the_milo_grant_is_in_no_kustomization_and_allows_only_what_is_called() {
 
 const CELL_NAMESPACE: &str = "egress-address-system";
 
-/// The text of a `## ` section of docs/operations.md, up to the next `## `.
-fn runbook_section(heading: &str) -> String {
-    let text = std::fs::read_to_string(common::root().join("docs/operations.md")).unwrap();
-    let start = text
-        .find(&format!("\n## {heading}\n"))
-        .unwrap_or_else(|| panic!("docs/operations.md has no section \"## {heading}\""));
-    let body = &text[start + 1..];
-    let end = body[3..].find("\n## ").map_or(body.len(), |i| i + 4);
-    body[..end].to_string()
-}
-
-/// The fenced blocks of `lang` in `text`, each with the fence's own indentation taken off (the
-/// runbook's blocks sit inside numbered list items), and the line each starts on.
-fn fenced_blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
-    let mut blocks = vec![];
-    let mut open: Option<(usize, usize, String)> = None;
-    for (n, line) in text.lines().enumerate() {
-        let indent = line.len() - line.trim_start().len();
-        let trimmed = line.trim_start();
-        match &mut open {
-            None if trimmed == format!("```{lang}") => open = Some((n, indent, String::new())),
-            Some((start, _, body)) if trimmed == "```" => {
-                blocks.push((*start, std::mem::take(body)));
-                open = None;
-            }
-            Some((_, fence_indent, body)) => {
-                body.push_str(line.get(*fence_indent..).unwrap_or("").trim_end());
-                body.push('\n');
-            }
-            None => {}
-        }
-    }
-    assert!(open.is_none(), "an unclosed ```{lang} block");
-    blocks
-}
-
 /// The runbook's overlay of step 5 and the components snippet of step 6.
 fn documented_overlay() -> (String, String) {
-    let yaml = fenced_blocks(&runbook_section("Install"), "yaml");
+    let yaml = common::fenced_blocks(&common::runbook_section("Install"), "yaml");
     let only = |what: &str, is: &dyn Fn(&str) -> bool| {
         let found: Vec<&String> = yaml.iter().map(|(_, b)| b).filter(|b| is(b)).collect();
         assert_eq!(found.len(), 1, "one documented {what}: {found:?}");
@@ -542,7 +506,7 @@ fn the_runbook_creates_the_namespace_before_the_secret_that_goes_into_it() {
     let Some(kubectl) = common::kubectl() else {
         return;
     };
-    let install = runbook_section("Install");
+    let install = common::runbook_section("Install");
     let line_of = |needle: &str| {
         install
             .lines()
@@ -1010,7 +974,7 @@ fn the_service_monitor_scrapes_the_metrics_port_of_the_controller() {
 /// The `###` headings of docs/operations.md's "Alerts" section, as the anchors a renderer makes
 /// of them (lower case; spaces to hyphens; other punctuation dropped).
 fn runbook_alert_anchors() -> BTreeMap<String, String> {
-    runbook_section("Alerts")
+    common::runbook_section("Alerts")
         .lines()
         .filter_map(|l| l.strip_prefix("### "))
         .map(|h| {
