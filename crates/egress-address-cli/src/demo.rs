@@ -3,7 +3,8 @@
 //! localplane serves a cell and the platform project on loopback; the real IPAM inventory from
 //! `config/ipam/` is applied with a documentation prefix; shards are created over HTTP; the real
 //! controller (in this process, talking HTTP with the same kubeconfigs an operator would use)
-//! addresses them; then a table shows which address went where.
+//! addresses them; then a table shows which address went where. Progress is shown on a terminal
+//! only: piped into a file or a CI log, the output is the lines and the table, nothing redrawn.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,17 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use egress_address::{Controller, LeaderElection, Metrics, Settings};
-use egress_api::shard::EgressShard;
-use kube::api::{Api, PostParams};
-use prometheus_client::registry::Registry;
-
-use egress_address_cli::bench::harness::{
-    ADDRESS_CLASS, ADMIN, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, WorldOptions,
-    is_addressed, shards_key,
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kube::api::PostParams;
+use localplane::testing::{
+    ADDRESS_CLASS, ADMIN, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, SHARD_NAMESPACE, World,
+    is_addressed, shard_object, shards_key,
 };
-
-/// The namespace demo shards live in.
-pub const SHARD_NAMESPACE: &str = "egress";
+use prometheus_client::registry::Registry;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
@@ -66,27 +63,26 @@ pub struct Row {
 
 /// Runs the demo; returns whether every shard got an address.
 pub async fn run(args: &DemoArgs) -> Result<bool> {
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     writeln!(
         out,
         "Starting localplane (a cell and Milo project {PLATFORM_PROJECT:?}) on loopback..."
     )?;
-    let world = World::start(&WorldOptions {
-        root_cidr: args.root_cidr.clone(),
-        tls: true,
-        ..Default::default()
-    })
-    .await
-    .context("starting localplane")?;
-    writeln!(out, "  API server: {}", world.lp.base_url())?;
+    let world = crate::fleet::world()
+        .root_cidr(&args.root_cidr)
+        .tls(true)
+        .start()
+        .await
+        .context("starting localplane")?;
+    writeln!(out, "  API server: {}", world.lp().base_url())?;
     writeln!(
         out,
         "  applied config/ipam/egress-shard-ipv6.yaml with root cidr {}",
         args.root_cidr
     )?;
 
-    let cell = kube::Client::try_from(kube_config(&world.cell_kubeconfig).await?)?;
-    let ipam = egress_address::ipam_client(&world.ipam_kubeconfig, PLATFORM_PROJECT).await?;
+    let cell = kube::Client::try_from(kube_config(world.cell_kubeconfig()).await?)?;
+    let ipam = egress_address::ipam_client(world.ipam_kubeconfig(), PLATFORM_PROJECT).await?;
     let mut settings = Settings::new(ADDRESS_CLASS, LOCATION, PLATFORM_PROJECT);
     settings.claim_namespace = CLAIM_NAMESPACE.to_string();
     settings.concurrency = args.concurrency.max(1);
@@ -100,8 +96,7 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         let _ = stop_rx.await;
     }));
 
-    world.lp.cell().ensure_namespace(SHARD_NAMESPACE);
-    let shards: Api<EgressShard> = Api::namespaced(world.admin_client("cell")?, SHARD_NAMESPACE);
+    let shards = world.shards();
     let names: Vec<String> = (0..args.shards).map(|i| format!("shard-{i:04}")).collect();
     let mut created: BTreeMap<String, Instant> = BTreeMap::new();
     writeln!(
@@ -110,9 +105,7 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         names.len()
     )?;
     for name in &names {
-        let shard: EgressShard = serde_json::from_value(
-            egress_address_cli::bench::harness::shard_object(SHARD_NAMESPACE, name),
-        )?;
+        let shard = serde_json::from_value(shard_object(SHARD_NAMESPACE, name))?;
         shards
             .create(&PostParams::default(), &shard)
             .await
@@ -122,9 +115,10 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
 
     let start = Instant::now();
     let mut addressed_at: BTreeMap<String, Duration> = BTreeMap::new();
+    let bar = progress_bar(names.len());
     loop {
         for s in world
-            .lp
+            .lp()
             .cell()
             .objects(&shards_key(), Some(SHARD_NAMESPACE))
         {
@@ -137,18 +131,25 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
                 addressed_at.insert(name, since);
             }
         }
-        progress(
-            &mut out,
-            addressed_at.len(),
-            names.len(),
-            handle.is_leader(),
-        )?;
+        bar.set_position(addressed_at.len() as u64);
+        bar.set_message(if handle.is_leader() {
+            ""
+        } else {
+            " (waiting for the lease)"
+        });
         if addressed_at.len() >= names.len() || start.elapsed() > args.timeout {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    writeln!(out)?;
+    bar.finish_and_clear();
+    writeln!(
+        out,
+        "{} of {} shards addressed in {} ms.",
+        addressed_at.len(),
+        names.len(),
+        start.elapsed().as_millis()
+    )?;
 
     let rows = rows(&world, &names, &addressed_at);
     print_rows(&mut out, &rows)?;
@@ -162,10 +163,9 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
     }
 
     if !args.once {
-        let cell_admin = world.lp.kubeconfig_path("cell", ADMIN)?;
-        let ipam_admin = world.lp.kubeconfig_path(PLATFORM_PROJECT, ADMIN)?;
+        let cell_admin = world.lp().kubeconfig_path("cell", ADMIN)?;
+        let ipam_admin = world.lp().kubeconfig_path(PLATFORM_PROJECT, ADMIN)?;
         print_next_steps(&mut out, &cell_admin, &ipam_admin)?;
-        drop(out);
         tokio::signal::ctrl_c().await.ok();
         println!("\nStopping.");
     }
@@ -175,7 +175,7 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         Ok(Err(e)) => eprintln!("controller task failed: {e}"),
         _ => {}
     }
-    world.lp.shutdown().await;
+    world.shutdown().await;
     Ok(ok)
 }
 
@@ -185,25 +185,20 @@ async fn kube_config(path: &Path) -> Result<kube::Config> {
     Ok(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)
 }
 
-fn progress(out: &mut impl Write, done: usize, total: usize, leader: bool) -> std::io::Result<()> {
-    const WIDTH: usize = 40;
-    let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
-    write!(
-        out,
-        "\r[{}{}] {done}/{total} addressed{}",
-        "#".repeat(filled),
-        ".".repeat(WIDTH - filled),
-        if leader {
-            ""
-        } else {
-            " (waiting for the lease)"
-        }
-    )?;
-    out.flush()
+/// A bar of addressed shards, drawn on stdout only when it is a terminal (indicatif hides it
+/// otherwise, so a log gets no carriage returns).
+fn progress_bar(total: usize) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stdout());
+    bar.set_style(
+        ProgressStyle::with_template("[{bar:40}] {pos}/{len} addressed{msg}")
+            .expect("the template is valid")
+            .progress_chars("##."),
+    );
+    bar
 }
 
 fn rows(world: &World, names: &[String], addressed_at: &BTreeMap<String, Duration>) -> Vec<Row> {
-    let cell = world.lp.cell();
+    let cell = world.lp().cell();
     names
         .iter()
         .map(|name| {

@@ -1,3 +1,21 @@
-//! The library half of the `egress-address` tool: what its subcommands and integration tests share.
+//! The `egress-address` tool. Imports point one way, down this list:
+//!
+//! ```text
+//! cli                       the command line, exit codes
+//!  ↓
+//! demo  audit/  bench/  chaos/   one folder or file per command (audit/verdict and
+//!                                chaos/invariants are pure judgements, tested without a server)
+//!  ↓
+//! fleet  table              controller processes against the test world; text tables
+//! ```
+//!
+//! The world itself (localplane with a cell, the platform project, IPAM and the shipped
+//! inventory) is `localplane::testing`, shared with the controller's tests.
 
+pub mod audit;
 pub mod bench;
+pub mod chaos;
+pub mod cli;
+pub mod demo;
+pub mod fleet;
+mod table;

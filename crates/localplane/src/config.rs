@@ -93,6 +93,7 @@ fn cell() -> String {
 ///   - {name: admin, token: admin-token, admin: true}
 ///   - {name: controller, token: ctrl-token, user: "system:egress-address@cloud.datumapis.com"}
 /// projects: [platform, tenant-a]
+/// ipamPlatformProject: platform
 /// cellNamespaces: [egress-system]
 /// projectNamespaces: [ipam]
 /// manifests:
@@ -114,6 +115,9 @@ pub struct Config {
     pub project_crd_dirs: Vec<PathBuf>,
     pub identities: Vec<Identity>,
     pub projects: Vec<String>,
+    /// Serve Milo IPAM on every project plane, with this project's plane holding the class
+    /// catalog (the binary sets it to the first project when nothing names one).
+    pub ipam_platform_project: Option<String>,
     pub cell_namespaces: Vec<String>,
     pub project_namespaces: Vec<String>,
     pub manifests: Vec<Manifest>,

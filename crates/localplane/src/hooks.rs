@@ -72,6 +72,7 @@ pub trait StorageHooks: Send + Sync {
     ) -> Result<(), Status>;
 
     /// `new` is the object about to be stored (after the main-resource/status split was applied).
+    /// Allows every update unless implemented.
     fn before_update(
         &self,
         txn: &mut dyn PlaneTxn,
@@ -79,14 +80,21 @@ pub trait StorageHooks: Send + Sync {
         res: &ResourceKey,
         old: &Value,
         new: &mut Value,
-    ) -> Result<(), Status>;
+    ) -> Result<(), Status> {
+        let _ = (txn, caller, res, old, new);
+        Ok(())
+    }
 
-    /// Runs when the object would actually be removed (no finalizers left).
+    /// Runs when the object would actually be removed (no finalizers left). Allows every delete
+    /// unless implemented.
     fn before_delete(
         &self,
         txn: &mut dyn PlaneTxn,
         caller: &Caller,
         res: &ResourceKey,
         obj: &Value,
-    ) -> Result<(), Status>;
+    ) -> Result<(), Status> {
+        let _ = (txn, caller, res, obj);
+        Ok(())
+    }
 }

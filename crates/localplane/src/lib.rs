@@ -4,32 +4,54 @@
 //! It behaves like kube-apiserver for what this project does, closely enough that kube-rs
 //! (`Api`, `watcher`, `Controller`) and kubectl cannot tell the difference:
 //!
-//! * kinds from CRDs (YAML files or [`CustomResourceDefinition`](k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
-//!   values) plus built-in Namespace, Lease, Event (`v1` and `events.k8s.io/v1`) and the RBAC kinds;
-//! * get/list (label selectors parsed and refused as `labels.Parse` does, field selectors,
-//!   `limit`/`continue`), create, PUT, merge/JSON patch, server-side apply, delete with
-//!   finalizers and with `DeleteOptions.preconditions` (`uid`, `resourceVersion`), and
-//!   `deletecollection` (below);
-//! * request bodies in JSON, YAML, or protobuf for the built-in kinds kubectl and client-go send
-//!   that way (kubectl never retries a refused protobuf body as JSON);
+//! * kinds from CRDs (YAML files, [`CustomResourceDefinition`](k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
+//!   values, or CRD objects written through the API at runtime: stored, listed, established and
+//!   served from the same write on; deleting one stops serving its kind and removes its objects);
+//! * built-in Namespace, Lease, Event, the RBAC kinds, and what an install applies
+//!   (ServiceAccount, Secret, ConfigMap, Service, `apps/v1` Deployment), with the schemas of the
+//!   Kubernetes API types: decoded as the apiserver's Go decoder does (a wrong type, a timestamp
+//!   that is not a `metav1.Time`/`MicroTime`, bad base64 are a 400), unknown fields warned about
+//!   (`fieldValidation=Warn`, the default), dropped (`Ignore`) or refused (`Strict`), the
+//!   defaults `kubectl get` shows, validated as the apiserver validates Events (both versions),
+//!   Leases, Deployments, Services and CRDs, and printed with its columns;
+//! * Events as one store served as core `v1` and `events.k8s.io/v1`, converted as the apiserver
+//!   converts them, selected by the same field labels (`involvedObject.*`, `reason`, `type`,
+//!   `reportingComponent`, `source`; `regarding.*`, `reportingController`), so `kubectl describe`
+//!   and `kubectl events` show what a controller publishes through either;
+//! * get/list (label selectors parsed, and refused, as `labels.Parse` does; field selectors;
+//!   `limit`/`continue`), create, PUT, merge/JSON patch, dry runs (answered as the storage layer
+//!   would store, without a resourceVersion on a create, using none up),
+//!   server-side apply with field ownership (below), delete with finalizers and with
+//!   `DeleteOptions.preconditions` (`uid`, `resourceVersion`), and `deletecollection` (below);
 //! * server-managed metadata (uid, creationTimestamp, one monotonic resourceVersion per plane,
 //!   generation on spec changes), 409 on stale resourceVersions, status subresource separation,
 //!   unchanged writes as no-ops;
 //! * watches with bookmarks, timeouts, metadata-only and Table output, streaming lists
 //!   (`sendInitialEvents`, which kubectl 1.37 uses), and 410 Expired (as a 200 with an ERROR
 //!   event) for resourceVersions older than the bounded history;
-//! * CRD validation: pruning, defaulting, OpenAPI constraints and `x-kubernetes-validations` (CEL,
-//!   with transition rules), refused with 422 Status bodies worded like the apiserver's;
-//! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`), Table responses from printer columns;
+//! * CRD validation: pruning, defaulting, OpenAPI constraints, list-map keys and
+//!   `x-kubernetes-validations` (CEL, with transition rules), refused with 422 Status bodies
+//!   worded like the apiserver's;
+//! * discovery, OpenAPI v3 (for `kubectl apply`/`explain`) and v2 (JSON, or the protobuf client-go
+//!   asks for when re-applying a custom resource), Table responses from printer columns;
 //! * a cell that looks like one: namespace `kube-system` exists from the start, and its uid
 //!   ([`LocalPlane::cell_uid`]), the cell's identity, is random per localplane and cannot change
 //!   (`default`, `kube-system` and `kube-public` may not be deleted, as namespace-lifecycle
 //!   admission refuses);
 //! * Milo project planes under `/apis/resourcemanager.miloapis.com/v1alpha1/projects/{p}/control-plane`
 //!   (an unknown project is a plain-text 404, as Milo answers), with Milo IPAM on them
-//!   ([`ipam`]);
-//! * bearer-token identities and RBAC from stored roles and bindings; request counters; fault
-//!   injection, including the faults behind real races (below).
+//!   ([`ipam`]; the `localplane` binary serves it on every project it serves);
+//! * bearer-token identities and RBAC from stored roles and bindings; impersonation
+//!   (`Impersonate-User`/`-Group`/`-Uid`/`-Extra-*`, kubectl's `--as`), each part checked against
+//!   the real caller's `impersonate` grants and refused in the apiserver's words; the reviews
+//!   `kubectl auth can-i` (`--list`) and `kubectl auth whoami` create (SelfSubjectAccessReview,
+//!   SubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview), answered from the stored
+//!   RBAC, with every authenticated user allowed to review itself as bootstrap policy allows;
+//! * request bodies in JSON, YAML, and protobuf for the built-in kinds kubectl's typed commands
+//!   send that way (`create namespace|role|rolebinding|clusterrole|clusterrolebinding|secret|
+//!   configmap|serviceaccount`, the reviews): client-go never falls back from protobuf to JSON
+//!   (only from CBOR), so refusing it would break them; other types are a 415;
+//! * request counters; fault injection, including the faults behind real races (below).
 //!
 //! # Use in tests
 //!
@@ -55,6 +77,9 @@
 //! running.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! The repository's own tests, benchmarks and demo start one shared world instead: a cell and a
+//! platform project with IPAM and the shipped inventory, identities and kubeconfigs ([`testing`]).
 //!
 //! # Field ownership and server-side apply
 //!
@@ -145,17 +170,22 @@
 //!
 //! No strategic-merge list semantics (strategic merge patches of built-ins are merge patches), no
 //! garbage collection of owner references, no conversion between CRD versions (nor of
-//! managedFields sets between versions), no CEL cost limits or validation ratcheting. The
-//! ownership markers of built-in kinds cover the kinds served and the common ones (pod
-//! templates, services); an unlisted struct is treated as untyped. Server-side apply does not
-//! upgrade client-side apply's `last-applied-configuration` ownership. Protobuf is decoded for
-//! namespaces, RBAC, leases, events, service accounts, config maps and secrets; any other
-//! protobuf body is 415, and answers are always JSON (which every client also accepts). A watch
-//! from a resourceVersion the plane has not reached does not wait for it. A precondition
-//! mismatch is always worded as the storage layer words it; the
+//! managedFields sets between versions), no CEL cost limits or validation ratcheting, no
+//! protobuf responses (and protobuf requests only for the kinds above). The ownership markers of
+//! built-in kinds cover the kinds served; a struct they do not list is treated as untyped, and
+//! Events are owned in the shape they are stored in. Server-side apply does not upgrade
+//! client-side apply's `last-applied-configuration` ownership. A watch from a resourceVersion
+//! the plane has not reached does not wait for it. A precondition mismatch is always worded as
+//! the storage layer words it; the
 //! apiserver's earlier admission check (`the UID in the precondition (..) does not match the UID
 //! in record (..)`, details kind = the Kind) is not reproduced. The cell has no `kube-public`
 //! or `kube-node-lease` namespaces, and `kube-system` holds nothing.
+//!
+//! Built-in kinds are validated as far as this project's traffic and installs reach: Events,
+//! Leases, CRDs in full; Deployments and Services for what an install sends (required fields,
+//! selector and template, ports, type); other kinds by the fields their schemas mark required.
+//! No controller manager runs: a Deployment gets no pods or status, a Service a made-up cluster
+//! IP. A CRD is established in the write that creates it (no `NamesAccepted` conflicts).
 //!
 //! Where IPAM's model differs from the service's, [`ipam`] says so (reservations, for one, are
 //! not visible as `IPAllocation` objects).
@@ -163,11 +193,15 @@
 // Layering. Imports between modules point down this list and never up, so no two modules (and
 // no two files) import each other; a folder's `mod.rs` only declares and re-exports its files.
 //
+//   testing/    the one test world (World, WorldBuilder) the repository's tests, bench, chaos and
+//               demo share                                         -> ipam, app, plane, hooks,
+//                                                                     faults, config
 //   ipam/       Milo IPAM as StorageHooks; the builder's `ipam()`  -> app, plane, hooks
 //   app/        LocalPlane, its builder, serving it (Running)      -> server, shared, plane, store,
 //                                                                     kubeconfig, tls, ...
-//   server/     HTTP: routing, one function per verb and the faults it gets, responses, listening
-//               (and dropping a connection unanswered)            -> admin, shared, watch, rbac,
+//   server/     HTTP: routing, impersonation, one function per verb and the faults it gets, the
+//               reviews, responses, listening (and dropping a connection unanswered)
+//                                                                  -> admin, shared, watch, rbac,
 //                                                                     table, openapi, discovery,
 //                                                                     plane, faults, ...
 //   admin       /localplane/* endpoints                            -> shared, faults
@@ -178,16 +212,20 @@
 //                                                                  -> store, resources, schema,
 //                                                                     selector, meta, fields
 //   fields/     field ownership: managedFields, server-side apply  -> resources, meta, error
-//   rbac, table, openapi, discovery                                -> store, resources, meta
+//   rbac, table, openapi, openapi_v2, discovery                    -> store, resources, kinds, meta
 //   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
-//   resources, schema, selector                                    -> hooks, meta, error, locks
+//   resources   the kinds a plane serves                           -> kinds, selector, hooks
+//   kinds/      what the apiserver knows of its built-in kinds: schemas, decoding, conversion,
+//               validation, field labels                           -> selector, meta, error
+//   schema, selector                                               -> hooks, meta, error, locks
 //   kubeconfig, config                                             -> config, faults
 //   metrics     request and injected-fault counters                -> faults
 //   faults, meta                                                   -> error, locks
-//   error, hooks, locks, tls, protobuf                             (leaves)
+//   error, hooks, locks, tls                                       (leaves)
 //
 // Where new behaviour goes: a new verb or request parameter in server/resource.rs; a new rule for
-// what a write does to stored objects in plane/write.rs or plane/delete.rs; a resource with its
+// what a write does to stored objects in plane/write.rs or plane/delete.rs; what a built-in kind
+// is (its decoding, defaults, validation, conversion) in kinds/; a resource with its
 // own server-side semantics as a StorageHooks beside ipam/; a new admin knob in admin.rs with its
 // state in shared.rs; a new fault in faults.rs, applied in server/resource.rs.
 
@@ -204,13 +242,14 @@ mod faults;
 mod fields;
 mod hooks;
 pub mod ipam;
+mod kinds;
 mod kubeconfig;
 mod locks;
 mod meta;
 mod metrics;
 mod openapi;
+mod openapi_v2;
 mod plane;
-mod protobuf;
 mod rbac;
 mod resources;
 mod schema;
@@ -219,6 +258,7 @@ mod server;
 mod shared;
 mod store;
 mod table;
+pub mod testing;
 mod tls;
 mod watch;
 

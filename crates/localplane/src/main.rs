@@ -28,9 +28,12 @@ struct Args {
     /// Configuration file (YAML): identities, projects, namespaces, manifests, faults.
     #[arg(long, env = "LOCALPLANE_CONFIG")]
     config: Option<PathBuf>,
-    /// Milo projects to serve (repeatable).
+    /// Milo projects to serve (repeatable). Each serves Milo IPAM (`ipam.miloapis.com`).
     #[arg(long = "project", env = "LOCALPLANE_PROJECTS", value_delimiter = ',')]
     projects: Vec<String>,
+    /// The project whose plane holds IPAM's class catalog (default: the first project).
+    #[arg(long, env = "LOCALPLANE_IPAM_PLATFORM_PROJECT")]
+    ipam_platform_project: Option<String>,
     /// Enforce RBAC for non-admin identities.
     #[arg(long, env = "LOCALPLANE_RBAC")]
     rbac: bool,
@@ -79,6 +82,13 @@ async fn main() -> anyhow::Result<()> {
     cfg.crd_dirs.extend(args.crd_dirs);
     cfg.project_crd_dirs.extend(args.project_crd_dirs);
     cfg.projects.extend(args.projects);
+    // Every project plane serves IPAM, as Milo's do; the catalog lives on one of them.
+    if let Some(p) = args.ipam_platform_project {
+        cfg.ipam_platform_project = Some(p);
+    }
+    if cfg.ipam_platform_project.is_none() {
+        cfg.ipam_platform_project = cfg.projects.first().cloned();
+    }
     cfg.rbac |= args.rbac;
     if let Some(p) = &args.faults {
         cfg.faults = serde_saphyr::from_str::<FaultConfig>(&std::fs::read_to_string(p)?)?;

@@ -91,6 +91,61 @@ pub fn validate_name(name: &str, label_only: bool) -> Vec<FieldError> {
     errs
 }
 
+/// A qualified name (`name` or `prefix/name`), with Go's messages for what is wrong with it.
+pub fn qualified_name_errors(v: &str) -> Vec<String> {
+    const NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let parts: Vec<&str> = v.split('/').collect();
+    let mut errs = vec![];
+    let name = match parts.as_slice() {
+        [n] => *n,
+        [prefix, n] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else if !validate_name(prefix, false).is_empty() {
+                errs.push("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_string());
+            }
+            n
+        }
+        _ => {
+            return vec!["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".to_string()];
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".into());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".into());
+    }
+    let b = name.as_bytes();
+    let shaped = !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if !shaped {
+        errs.push(NAME_MSG.into());
+    }
+    errs
+}
+
+/// Go's `IsValidLabelValue`: empty, or at most 63 characters of `[-A-Za-z0-9_.]` that start and
+/// end alphanumerically.
+pub fn label_value_errors(v: &str) -> Vec<String> {
+    let mut errs = vec![];
+    if v.len() > 63 {
+        errs.push("must be no more than 63 characters".to_string());
+    }
+    let b = v.as_bytes();
+    let shaped = b.is_empty()
+        || (b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')));
+    if !shaped {
+        errs.push("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_string());
+    }
+    errs
+}
+
 /// A JSON-pointer lookup through object keys only. `Value::pointer` unescapes (and allocates)
 /// per segment; this sits on every request's path and our pointers have no escapes.
 pub fn at<'a>(obj: &'a Value, ptr: &str) -> Option<&'a Value> {

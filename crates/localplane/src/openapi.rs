@@ -18,6 +18,11 @@ fn reference(name: &str) -> Value {
 /// The definition name the apiserver uses: the group reversed (`com.datumapis.network`), or
 /// `io.k8s.api.<group>` for built-ins.
 pub fn schema_name(def: &ResourceDef, version: &str, kind: &str) -> String {
+    if let Some(b) = def.builtin
+        && kind == def.kind
+    {
+        return b.schema().name.clone();
+    }
     let prefix = if !def.custom {
         let g = if def.group.is_empty() {
             "core"
@@ -96,11 +101,21 @@ fn content(schema: Value, types: &[&str]) -> Value {
     Value::Object(m)
 }
 
-fn kind_schema(def: &ResourceDef, version: &str) -> Value {
+/// The schema of a kind, and (for a built-in) the named definitions it refers to.
+fn kind_schema(def: &ResourceDef, version: &str, components: &mut Map<String, Value>) -> Value {
     let gvk = json!([{"group": def.group, "version": version, "kind": def.kind}]);
-    let base = def
-        .version(version)
-        .and_then(|v| v.schema.as_deref().cloned())
+    let builtin = def.builtin.map(|b| {
+        let s = b.schema();
+        for (k, v) in &s.components {
+            components.insert(k.clone(), v.clone());
+        }
+        s.served.clone()
+    });
+    let base = builtin
+        .or_else(|| {
+            def.version(version)
+                .and_then(|v| v.schema.as_deref().cloned())
+        })
         .unwrap_or_else(|| {
             json!({"type": "object", "properties": {
                 "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
@@ -136,7 +151,8 @@ pub fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value
         let gvk = json!({"group": d.group, "version": version, "kind": d.kind});
         let name = schema_name(d, version, &d.kind);
         let list_name = schema_name(d, version, &d.list_kind);
-        schemas.insert(name.clone(), kind_schema(d, version));
+        let schema = kind_schema(d, version, &mut schemas);
+        schemas.insert(name.clone(), schema);
         schemas.insert(list_name.clone(), json!({
             "type": "object", "required": ["items"],
             "description": format!("{} is a list of {}", d.list_kind, d.kind),
@@ -190,13 +206,21 @@ pub fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value
             json!({"required": true, "content": content(reference(&name), &["application/json"])});
         item["patch"]["requestBody"] =
             json!({"required": true, "content": content(reference(PATCH), &ptypes)});
-        paths.insert(format!("{base}{scope}/{}/{{name}}", d.plural), item);
+        // A review is only ever created: it has no object paths and no list.
+        if !d.is_review() {
+            paths.insert(format!("{base}{scope}/{}/{{name}}", d.plural), item);
+        }
         let mut coll = json!({
             "parameters": coll_params,
             "get": op("list", &[]),
             "post": op("post", &write_params()),
         });
         coll["get"]["responses"] = ok(&list_name);
+        if d.is_review()
+            && let Some(c) = coll.as_object_mut()
+        {
+            c.remove("get");
+        }
         coll["post"]["requestBody"] =
             json!({"required": true, "content": content(reference(&name), &["application/json"])});
         paths.insert(format!("{base}{scope}/{}", d.plural), coll);

@@ -1,5 +1,6 @@
 //! The kinds a plane serves: built-ins and CRDs, with what discovery, validation and tables need.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use kube::core::cel::{CompiledSchema, compile_schema};
 use serde_json::{Value, json};
 
 use crate::hooks::ResourceKey;
+use crate::kinds::BuiltinKind;
+use crate::selector::{FieldSet, METADATA_FIELDS};
 
 /// One additionalPrinterColumn.
 #[derive(Debug, Clone)]
@@ -56,11 +59,83 @@ pub struct ResourceDef {
     pub versions: Vec<VersionDef>,
     /// Custom resources refuse unconditional PUTs and strategic merge patches; built-ins accept them.
     pub custom: bool,
+    /// The built-in kind this is, for what the apiserver knows about it beyond storage.
+    pub builtin: Option<BuiltinKind>,
 }
 
 impl ResourceDef {
+    /// Where the kind's objects are stored. Usually where it is served; a kind served in two
+    /// groups (Event) has one store.
     pub fn key(&self) -> ResourceKey {
+        self.builtin
+            .and_then(BuiltinKind::storage)
+            .unwrap_or_else(|| self.served_key())
+    }
+
+    /// Where the kind is served: its group and plural.
+    pub fn served_key(&self) -> ResourceKey {
         ResourceKey::new(self.group.clone(), self.plural.clone())
+    }
+
+    /// The verbs the kind is served with (a review is only ever created).
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.is_review() {
+            &["create"]
+        } else if self.group.is_empty() && self.plural == "namespaces" {
+            // Namespaces cannot be deleted as a collection.
+            &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ]
+        } else {
+            &[
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch",
+            ]
+        }
+    }
+
+    /// Whether this is a review kind (created to ask a question, never stored).
+    pub fn is_review(&self) -> bool {
+        self.builtin.is_some_and(BuiltinKind::is_review)
+    }
+
+    /// The field labels lists and watches of the kind may select on.
+    pub fn field_set(&self) -> FieldSet {
+        self.builtin
+            .map(BuiltinKind::field_set)
+            .unwrap_or(METADATA_FIELDS)
+    }
+
+    /// A stored object as `version` of this kind presents it.
+    pub fn present<'a>(&self, version: &str, obj: &'a Value) -> Cow<'a, Value> {
+        if let Some(b) = self.builtin {
+            return b.present(obj);
+        }
+        if self.versions.len() == 1 {
+            return Cow::Borrowed(obj);
+        }
+        let av = self.api_version(version);
+        if obj.get("apiVersion").and_then(Value::as_str) == Some(av.as_str()) {
+            Cow::Borrowed(obj)
+        } else {
+            let mut o = obj.clone();
+            o["apiVersion"] = json!(av);
+            Cow::Owned(o)
+        }
+    }
+
+    /// An object written in this kind's version, as it is stored.
+    pub fn to_storage(&self, obj: Value) -> Value {
+        match self.builtin {
+            Some(b) => b.to_storage(obj),
+            None => obj,
+        }
     }
 
     pub fn version(&self, v: &str) -> Option<&VersionDef> {
@@ -150,10 +225,13 @@ impl ResourceDef {
             namespaced: spec.scope == "Namespaced",
             versions,
             custom: true,
+            builtin: None,
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn builtin(
+        builtin: BuiltinKind,
         group: &str,
         version: &str,
         kind: &str,
@@ -180,16 +258,35 @@ impl ResourceDef {
                 printer_columns: vec![],
             }],
             custom: false,
+            builtin: Some(builtin),
         }
+    }
+
+    fn in_categories(mut self, categories: &[&str]) -> ResourceDef {
+        self.categories = categories.iter().map(|c| c.to_string()).collect();
+        self
     }
 }
 
 /// The built-in kinds every plane serves.
 pub fn builtins() -> Vec<ResourceDef> {
+    use BuiltinKind as B;
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    const AUTHZ: &str = "authorization.k8s.io";
     vec![
-        ResourceDef::builtin("", "v1", "Namespace", "namespaces", &["ns"], false, true),
-        ResourceDef::builtin("", "v1", "Event", "events", &["ev"], true, false),
         ResourceDef::builtin(
+            B::Namespace,
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            &["ns"],
+            false,
+            true,
+        ),
+        ResourceDef::builtin(B::Event, "", "v1", "Event", "events", &["ev"], true, false),
+        ResourceDef::builtin(
+            B::EventsV1Event,
             "events.k8s.io",
             "v1",
             "Event",
@@ -199,6 +296,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         ResourceDef::builtin(
+            B::Lease,
             "coordination.k8s.io",
             "v1",
             "Lease",
@@ -208,7 +306,8 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
+            B::ClusterRole,
+            RBAC,
             "v1",
             "ClusterRole",
             "clusterroles",
@@ -217,7 +316,8 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
         ),
         ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
+            B::ClusterRoleBinding,
+            RBAC,
             "v1",
             "ClusterRoleBinding",
             "clusterrolebindings",
@@ -225,22 +325,109 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
             false,
         ),
+        ResourceDef::builtin(B::Role, RBAC, "v1", "Role", "roles", &[], true, false),
         ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "Role",
-            "roles",
-            &[],
-            true,
-            false,
-        ),
-        ResourceDef::builtin(
-            "rbac.authorization.k8s.io",
+            B::RoleBinding,
+            RBAC,
             "v1",
             "RoleBinding",
             "rolebindings",
             &[],
             true,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::ServiceAccount,
+            "",
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            &["sa"],
+            true,
+            false,
+        ),
+        ResourceDef::builtin(B::Secret, "", "v1", "Secret", "secrets", &[], true, false),
+        ResourceDef::builtin(
+            B::ConfigMap,
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            &["cm"],
+            true,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::Service,
+            "",
+            "v1",
+            "Service",
+            "services",
+            &["svc"],
+            true,
+            true,
+        )
+        .in_categories(&["all"]),
+        ResourceDef::builtin(
+            B::Deployment,
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            &["deploy"],
+            true,
+            true,
+        )
+        .in_categories(&["all"]),
+        ResourceDef::builtin(
+            B::CustomResourceDefinition,
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            &["crd", "crds"],
+            false,
+            true,
+        )
+        .in_categories(&["api-extensions"]),
+        ResourceDef::builtin(
+            B::SelfSubjectAccessReview,
+            AUTHZ,
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::SelfSubjectRulesReview,
+            AUTHZ,
+            "v1",
+            "SelfSubjectRulesReview",
+            "selfsubjectrulesreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::SubjectAccessReview,
+            AUTHZ,
+            "v1",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::SelfSubjectReview,
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            &[],
+            false,
             false,
         ),
     ]
@@ -263,9 +450,15 @@ impl Registry {
 
     /// Adds or replaces a kind. Replacing keeps the stored objects (like re-applying a CRD).
     pub fn insert(&mut self, def: ResourceDef) {
-        self.by_key.insert(def.key(), Arc::new(def));
+        self.by_key.insert(def.served_key(), Arc::new(def));
     }
 
+    /// Stops serving a kind.
+    pub fn remove(&mut self, key: &ResourceKey) -> Option<Arc<ResourceDef>> {
+        self.by_key.remove(key)
+    }
+
+    /// The kind served at `key` (a group and plural; a store key names the kind that owns it).
     pub fn get(&self, key: &ResourceKey) -> Option<&Arc<ResourceDef>> {
         self.by_key.get(key)
     }

@@ -254,6 +254,9 @@ pub struct Txn<'a> {
     undo: Vec<(ResourceKey, ObjKey, Option<Arc<Value>>)>,
     events: Vec<Arc<WatchEvent>>,
     committed: bool,
+    /// The plane's resourceVersion before this transaction, restored if it rolls back: a write
+    /// nobody saw (a dry run, a refused hook) leaves no gap.
+    start_rv: u64,
 }
 
 /// Where an object is stored: its namespace and name.
@@ -270,12 +273,14 @@ pub fn namespaces_key() -> ResourceKey {
 
 impl<'a> Txn<'a> {
     pub fn new(store: &'a mut Store, registry: &'a Registry) -> Self {
+        let start_rv = store.rv;
         Txn {
             store,
             registry,
             undo: vec![],
             events: vec![],
             committed: false,
+            start_rv,
         }
     }
 
@@ -371,6 +376,7 @@ impl Drop for Txn<'_> {
         if self.committed {
             return;
         }
+        self.store.rv = self.start_rv;
         for (res, key, prev) in self.undo.drain(..).rev() {
             let m = self.store.objects.entry(res).or_default();
             match prev {

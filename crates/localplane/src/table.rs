@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::kinds::BuiltinKind;
 use crate::resources::{PrinterColumn, ResourceDef};
 
 /// What each row's `object` holds (`includeObject`).
@@ -14,14 +15,6 @@ pub enum IncludeObject {
 }
 
 fn columns(def: &ResourceDef, version: &str) -> Vec<PrinterColumn> {
-    let col = |name: &str, type_: &str, path: &str| PrinterColumn {
-        name: name.into(),
-        type_: type_.into(),
-        format: String::new(),
-        description: String::new(),
-        priority: 0,
-        json_path: path.into(),
-    };
     let custom = def
         .version(version)
         .map(|v| v.printer_columns.clone())
@@ -29,24 +22,385 @@ fn columns(def: &ResourceDef, version: &str) -> Vec<PrinterColumn> {
     if !custom.is_empty() {
         return custom;
     }
-    match (def.group.as_str(), def.plural.as_str()) {
-        ("", "namespaces") => vec![
-            col("Status", "string", ".status.phase"),
-            col("Age", "date", ".metadata.creationTimestamp"),
-        ],
-        ("coordination.k8s.io", "leases") => vec![
-            col("Holder", "string", ".spec.holderIdentity"),
-            col("Age", "date", ".metadata.creationTimestamp"),
-        ],
-        _ => vec![col("Age", "date", ".metadata.creationTimestamp")],
+    vec![PrinterColumn {
+        name: "Age".into(),
+        type_: "date".into(),
+        format: String::new(),
+        description: String::new(),
+        priority: 0,
+        json_path: ".metadata.creationTimestamp".into(),
+    }]
+}
+
+/// A built-in kind's printer: its columns after Name (name, type, priority) and the cells
+/// after the name, as the apiserver's printers (or, for kinds without one, its default table
+/// convertor) produce them.
+struct Printer {
+    columns: &'static [(&'static str, &'static str, i32)],
+    cells: fn(&Value) -> Vec<Value>,
+}
+
+fn str_at<'a>(o: &'a Value, p: &str) -> &'a str {
+    crate::meta::str_at(o, p)
+}
+
+fn creation_age(o: &Value) -> Value {
+    json!(age(str_at(o, "/metadata/creationTimestamp")))
+}
+
+fn count(o: &Value, p: &str) -> usize {
+    match crate::meta::at(o, p) {
+        Some(Value::Object(m)) => m.len(),
+        Some(Value::Array(a)) => a.len(),
+        _ => 0,
     }
 }
 
+/// `labels.FormatLabels`: `k=v` sorted by key, or `<none>`.
+fn format_labels(m: Option<&Value>) -> String {
+    let pairs: Vec<String> = m
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    if pairs.is_empty() {
+        "<none>".into()
+    } else {
+        pairs.join(",")
+    }
+}
+
+/// A `metav1.LabelSelector` as its selector's `String()` prints it.
+fn format_selector(sel: Option<&Value>) -> String {
+    let Some(sel) = sel else {
+        return String::new();
+    };
+    let mut reqs: Vec<(String, String)> = vec![];
+    if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in m {
+            reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))));
+        }
+    }
+    for e in sel
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let k = str_at(e, "/key").to_string();
+        let mut values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        values.sort();
+        let text = match str_at(e, "/operator") {
+            "In" => format!("{k} in ({})", values.join(",")),
+            "NotIn" => format!("{k} notin ({})", values.join(",")),
+            "Exists" => k.clone(),
+            "DoesNotExist" => format!("!{k}"),
+            _ => continue,
+        };
+        reqs.push((k, text));
+    }
+    reqs.sort();
+    reqs.into_iter()
+        .map(|(_, t)| t)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn binding_cells(o: &Value) -> Vec<Value> {
+    let mut users = vec![];
+    let mut groups = vec![];
+    let mut sas = vec![];
+    for s in o
+        .get("subjects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = str_at(s, "/name");
+        match str_at(s, "/kind") {
+            "User" => users.push(name.to_string()),
+            "Group" => groups.push(name.to_string()),
+            "ServiceAccount" => sas.push(format!("{}/{name}", str_at(s, "/namespace"))),
+            _ => {}
+        }
+    }
+    vec![
+        json!(format!(
+            "{}/{}",
+            str_at(o, "/roleRef/kind"),
+            str_at(o, "/roleRef/name")
+        )),
+        creation_age(o),
+        json!(users.join(", ")),
+        json!(groups.join(", ")),
+        json!(sas.join(", ")),
+    ]
+}
+
+fn printer(b: BuiltinKind) -> Option<Printer> {
+    const BINDING: &[(&str, &str, i32)] = &[
+        ("Role", "string", 0),
+        ("Age", "string", 0),
+        ("Users", "string", 1),
+        ("Groups", "string", 1),
+        ("ServiceAccounts", "string", 1),
+    ];
+    const CREATED_AT: &[(&str, &str, i32)] = &[("Created At", "date", 0)];
+    let created_at: fn(&Value) -> Vec<Value> =
+        |o| vec![json!(str_at(o, "/metadata/creationTimestamp"))];
+    Some(match b {
+        BuiltinKind::Event | BuiltinKind::EventsV1Event => return None,
+        BuiltinKind::Namespace => Printer {
+            columns: &[("Status", "string", 0), ("Age", "string", 0)],
+            cells: |o| vec![json!(str_at(o, "/status/phase")), creation_age(o)],
+        },
+        BuiltinKind::Lease => Printer {
+            columns: &[("Holder", "string", 0), ("Age", "string", 0)],
+            cells: |o| vec![json!(str_at(o, "/spec/holderIdentity")), creation_age(o)],
+        },
+        BuiltinKind::Secret => Printer {
+            columns: &[
+                ("Type", "string", 0),
+                ("Data", "string", 0),
+                ("Age", "string", 0),
+            ],
+            cells: |o| {
+                vec![
+                    json!(str_at(o, "/type")),
+                    json!(count(o, "/data")),
+                    creation_age(o),
+                ]
+            },
+        },
+        BuiltinKind::ConfigMap => Printer {
+            columns: &[("Data", "string", 0), ("Age", "string", 0)],
+            cells: |o| {
+                vec![
+                    json!(count(o, "/data") + count(o, "/binaryData")),
+                    creation_age(o),
+                ]
+            },
+        },
+        BuiltinKind::ServiceAccount => Printer {
+            columns: &[("Secrets", "string", 0), ("Age", "string", 0)],
+            cells: |o| vec![json!(count(o, "/secrets")), creation_age(o)],
+        },
+        BuiltinKind::Service => Printer {
+            columns: &[
+                ("Type", "string", 0),
+                ("Cluster-IP", "string", 0),
+                ("External-IP", "string", 0),
+                ("Port(s)", "string", 0),
+                ("Age", "string", 0),
+                ("Selector", "string", 1),
+            ],
+            cells: |o| {
+                let ports: Vec<String> = o
+                    .pointer("/spec/ports")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+                        let proto = str_at(p, "/protocol");
+                        match p.get("nodePort").and_then(Value::as_i64) {
+                            Some(n) if n != 0 => format!("{port}:{n}/{proto}"),
+                            _ => format!("{port}/{proto}"),
+                        }
+                    })
+                    .collect();
+                let cluster_ip = o
+                    .pointer("/spec/clusterIPs/0")
+                    .and_then(Value::as_str)
+                    .unwrap_or("<none>");
+                let external: Vec<&str> = o
+                    .pointer("/spec/externalIPs")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                vec![
+                    json!(str_at(o, "/spec/type")),
+                    json!(cluster_ip),
+                    json!(if external.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        external.join(",")
+                    }),
+                    json!(if ports.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        ports.join(",")
+                    }),
+                    creation_age(o),
+                    json!(format_labels(o.pointer("/spec/selector"))),
+                ]
+            },
+        },
+        BuiltinKind::Deployment => Printer {
+            columns: &[
+                ("Ready", "string", 0),
+                ("Up-to-date", "string", 0),
+                ("Available", "string", 0),
+                ("Age", "string", 0),
+                ("Containers", "string", 1),
+                ("Images", "string", 1),
+                ("Selector", "string", 1),
+            ],
+            cells: |o| {
+                let n = |p: &str| crate::meta::at(o, p).and_then(Value::as_i64).unwrap_or(0);
+                let containers = o
+                    .pointer("/spec/template/spec/containers")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let join = |f: &str| {
+                    containers
+                        .iter()
+                        .map(|c| str_at(c, f).to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                vec![
+                    json!(format!(
+                        "{}/{}",
+                        n("/status/readyReplicas"),
+                        n("/spec/replicas")
+                    )),
+                    json!(n("/status/updatedReplicas")),
+                    json!(n("/status/availableReplicas")),
+                    creation_age(o),
+                    json!(join("/name")),
+                    json!(join("/image")),
+                    json!(format_selector(o.pointer("/spec/selector"))),
+                ]
+            },
+        },
+        BuiltinKind::RoleBinding | BuiltinKind::ClusterRoleBinding => Printer {
+            columns: BINDING,
+            cells: binding_cells,
+        },
+        BuiltinKind::Role
+        | BuiltinKind::ClusterRole
+        | BuiltinKind::CustomResourceDefinition
+        | BuiltinKind::SelfSubjectAccessReview
+        | BuiltinKind::SelfSubjectRulesReview
+        | BuiltinKind::SubjectAccessReview
+        | BuiltinKind::SelfSubjectReview => Printer {
+            columns: CREATED_AT,
+            cells: created_at,
+        },
+    })
+}
+
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
+/// Events print their own columns (the apiserver's event printer), with no leading Name.
+fn is_event(def: &ResourceDef) -> bool {
+    matches!(
+        def.builtin,
+        Some(BuiltinKind::Event | BuiltinKind::EventsV1Event)
+    )
+}
+
+fn event_columns() -> Value {
+    let col = |name: &str, priority: i32, description: &str| json!({"name": name, "type": "string", "format": "", "priority": priority, "description": description});
+    json!([
+        col("Last Seen", 0, "The time at which the most recent occurrence of this event was recorded."),
+        col("Type", 0, "Type of this event (Normal, Warning), new types could be added in the future"),
+        col("Reason", 0, "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
+        col("Object", 0, "The object that this event is about."),
+        col("Subobject", 1, "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]."),
+        col("Source", 1, "The component reporting this event. Should be a short machine understandable string."),
+        col("Message", 0, "A human-readable description of the status of this operation."),
+        col("First Seen", 1, "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)"),
+        col("Count", 1, "The number of times this event has occurred."),
+        {"name": "Name", "type": "string", "format": "name", "priority": 1, "description": NAME_DOC},
+    ])
+}
+
+/// The event printer's cells, from the stored (core) shape.
+fn event_cells(e: &Value) -> Vec<Value> {
+    let s = |p: &str| crate::meta::str_at(e, p);
+    let since = |p: &str| match crate::meta::at(e, p).and_then(Value::as_str) {
+        Some(t) => age(t),
+        None => "<unknown>".to_string(),
+    };
+    let set = |p: &str| crate::meta::at(e, p).is_some_and(|v| !v.is_null());
+    let first = if set("/firstTimestamp") {
+        since("/firstTimestamp")
+    } else {
+        since("/eventTime")
+    };
+    let mut last = if set("/lastTimestamp") {
+        since("/lastTimestamp")
+    } else {
+        first.clone()
+    };
+    let mut count = e.get("count").and_then(Value::as_i64).unwrap_or(0);
+    if set("/series") {
+        last = since("/series/lastObservedTime");
+        count = crate::meta::at(e, "/series/count")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+    } else if count == 0 {
+        // A singleton event has no count in the new API.
+        count = 1;
+    }
+    let kind = s("/involvedObject/kind").to_lowercase();
+    let name = s("/involvedObject/name");
+    let target = if name.is_empty() {
+        kind
+    } else {
+        format!("{kind}/{name}")
+    };
+    let component = match s("/source/component") {
+        "" => s("/reportingComponent"),
+        c => c,
+    };
+    let instance = match s("/source/host") {
+        "" => s("/reportingInstance"),
+        h => h,
+    };
+    let source = if instance.is_empty() {
+        component.to_string()
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(s("/type")),
+        json!(s("/reason")),
+        json!(target),
+        json!(s("/involvedObject/fieldPath")),
+        json!(source),
+        json!(s("/message").trim()),
+        json!(first),
+        json!(count),
+        json!(s("/metadata/name")),
+    ]
+}
+
 pub fn column_definitions(def: &ResourceDef, version: &str) -> Value {
+    if is_event(def) {
+        return event_columns();
+    }
     let mut defs = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
-        "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+        "description": NAME_DOC,
     })];
+    if let Some(p) = def.builtin.and_then(printer) {
+        for (name, ty, priority) in p.columns {
+            defs.push(json!({"name": name, "type": ty, "format": "", "description": "", "priority": priority}));
+        }
+        return Value::Array(defs);
+    }
     for c in columns(def, version) {
         defs.push(json!({
             "name": c.name, "type": c.type_, "format": c.format,
@@ -57,21 +411,30 @@ pub fn column_definitions(def: &ResourceDef, version: &str) -> Value {
 }
 
 pub fn row(def: &ResourceDef, version: &str, obj: &Value, include: IncludeObject) -> Value {
-    let mut cells = vec![json!(crate::meta::str_at(obj, "/metadata/name"))];
-    for c in columns(def, version) {
-        let v = eval_path(obj, &c.json_path);
-        let cell = match (c.type_.as_str(), v) {
-            (_, None) => Value::Null,
-            ("date", Some(Value::String(s))) => json!(age(s)),
-            (_, Some(v)) => v.clone(),
-        };
-        cells.push(cell);
-    }
+    let cells = if is_event(def) {
+        event_cells(obj)
+    } else if let Some(p) = def.builtin.and_then(printer) {
+        let mut cells = vec![json!(crate::meta::str_at(obj, "/metadata/name"))];
+        cells.extend((p.cells)(obj));
+        cells
+    } else {
+        let mut cells = vec![json!(crate::meta::str_at(obj, "/metadata/name"))];
+        for c in columns(def, version) {
+            let v = eval_path(obj, &c.json_path);
+            let cell = match (c.type_.as_str(), v) {
+                (_, None) => Value::Null,
+                ("date", Some(Value::String(s))) => json!(age(s)),
+                (_, Some(v)) => v.clone(),
+            };
+            cells.push(cell);
+        }
+        cells
+    };
     let mut r = json!({"cells": cells});
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => r["object"] = partial_metadata(obj),
-        IncludeObject::Object => r["object"] = obj.clone(),
+        IncludeObject::Object => r["object"] = def.present(version, obj).into_owned(),
     }
     r
 }

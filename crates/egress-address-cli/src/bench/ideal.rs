@@ -12,19 +12,17 @@ use futures::StreamExt;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
-use super::harness::{
+use localplane::testing::{
     ADDRESS_CLASS, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, address_of, shards_key,
 };
 
 /// Addresses every shard of `namespace` with `concurrency` parallel tasks; the wall time.
 pub async fn run(world: &World, namespace: &str, concurrency: usize) -> anyhow::Result<Duration> {
-    let cell = world.admin_client("cell")?;
-    let ipam = world.admin_client(PLATFORM_PROJECT)?;
-    let shards: Api<EgressShard> = Api::namespaced(cell, namespace);
-    let claims: Api<IPClaim> = Api::namespaced(ipam, CLAIM_NAMESPACE);
+    let shards: Api<EgressShard> = Api::namespaced(world.cell(), namespace);
+    let claims: Api<IPClaim> = world.claims();
     // The shards as the ideal client would have them from a watch it already holds: read from the
     // store directly, so no request is spent on them.
-    let objects = world.lp.cell().objects(&shards_key(), Some(namespace));
+    let objects = world.lp().cell().objects(&shards_key(), Some(namespace));
     let start = Instant::now();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(objects)
         .map(|obj| {

@@ -1,9 +1,8 @@
 //! `egress-address bench`: the controller against localplane over HTTP, measured the way its
 //! users judge it (wall time, requests per shard, memory, idle traffic, restart cost), next to an
-//! ideal client doing the minimal request sequence. `chaos` breaks it on purpose.
+//! ideal client doing the minimal request sequence. The controller runs as a process
+//! ([`crate::fleet`]) in a fresh test world (`localplane::testing`) for every run.
 
-pub mod chaos;
-pub mod harness;
 mod ideal;
 mod report;
 
@@ -13,7 +12,10 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use clap::Args;
 
-use harness::{Controller, ControllerSpec, World, WorldOptions, is_event, is_lease, is_write};
+use localplane::testing::{World, is_addressed, shards_key};
+
+use crate::fleet::{self, Controller, ControllerSpec};
+use report::is_event;
 pub use report::{BenchReport, IdleMeasurement, Measurement, RestartMeasurement, Run};
 
 const BENCH_NAMESPACE: &str = "bench";
@@ -62,7 +64,7 @@ pub struct BenchArgs {
 
 /// Runs the matrix and prints the markdown report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let bin = harness::controller_for_cli(args.controller_bin.as_deref())?;
+    let bin = fleet::controller_for_cli(args.controller_bin.as_deref())?;
     let report = measure(&args, &bin).await?;
     let md = report.markdown();
     println!("{md}");
@@ -111,7 +113,7 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
             if last && !args.no_restart {
                 report.restart = Some(restart_after(args, &w, &spec, n, timeout).await?);
             }
-            w.lp.shutdown().await;
+            w.shutdown().await;
         }
         let m = Measurement::new(runs, ideal_walls);
         eprintln!("bench: {}", m.summary());
@@ -122,15 +124,15 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
 
 /// The ideal client over N fresh shards in a localplane of its own; its wall time.
 async fn ideal_run(n: usize, c: usize) -> anyhow::Result<Duration> {
-    let w = World::start(&WorldOptions::default()).await?;
+    let w = fleet::world().start().await?;
     w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
-    w.lp.metrics().reset();
+    w.reset_counters();
     let wall = ideal::run(&w, BENCH_NAMESPACE, c).await?;
-    let ideal_requests = w.lp.metrics().total();
+    let ideal_requests = w.lp().metrics().total();
     if ideal_requests != 2 * n as u64 {
         bail!("the ideal client made {ideal_requests} requests for {n} shards");
     }
-    w.lp.shutdown().await;
+    w.shutdown().await;
     Ok(wall)
 }
 
@@ -143,26 +145,19 @@ async fn controller_run(
     rep: usize,
     timeout: Duration,
 ) -> anyhow::Result<(Run, World, Controller, ControllerSpec)> {
-    let w = World::start(&WorldOptions::default()).await?;
+    let w = fleet::world().start().await?;
     w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
     let spec = ControllerSpec {
-        bin: bin.to_path_buf(),
-        name: format!("bench-{n}-{c}-{rep}"),
         concurrency: c,
-        leader_elect: true,
-        cell_kubeconfig: w.cell_kubeconfig.clone(),
-        ipam_kubeconfig: w.ipam_kubeconfig.clone(),
-        log_dir: w.dir.path().join("logs"),
-        extra_args: vec![],
+        ..ControllerSpec::new(&w, bin.to_path_buf(), &format!("bench-{n}-{c}-{rep}"))
     };
     // Polled every 25 ms while the controller works: a scan of the store each time would take
     // CPU and the store's lock from the server being measured.
-    let mut progress = w.lp.cell().tally(
-        &harness::shards_key(),
-        Some(BENCH_NAMESPACE),
-        harness::is_addressed,
-    );
-    w.lp.metrics().reset();
+    let mut progress = w
+        .lp()
+        .cell()
+        .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
+    w.reset_counters();
     let mut ctl = spec.spawn()?;
     let started = Instant::now();
     let mut ready = None;
@@ -178,7 +173,7 @@ async fn controller_run(
         if started.elapsed() > timeout {
             bail!(
                 "{done} of {total} shards addressed after {timeout:?}:\n{}",
-                harness::log_tail(&ctl.log, 30)
+                fleet::log_tail(&ctl.log, 30)
             );
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -186,12 +181,12 @@ async fn controller_run(
     let cpu_at_wall = ctl.cpu_time();
     // Events are sent beside (or after) the addresses: the run is over when no event has
     // landed for a while.
-    let mut events = w.lp.metrics().count(is_event);
+    let mut events = w.lp().metrics().count(is_event);
     let mut events_done = wall;
     let mut quiet_since = Instant::now();
     while quiet_since.elapsed() < EVENTS_QUIET && started.elapsed() < timeout {
         tokio::time::sleep(Duration::from_millis(25)).await;
-        let now = w.lp.metrics().count(is_event);
+        let now = w.lp().metrics().count(is_event);
         if now != events {
             events = now;
             events_done = started.elapsed();
@@ -224,7 +219,7 @@ async fn idle_after(
         return Ok(None);
     }
     eprintln!("bench: idle for {}s", args.idle_seconds);
-    w.lp.metrics().reset();
+    w.lp().metrics().reset();
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     ctl.check_alive()?;
     Ok(Some(IdleMeasurement::collect(w, n, args.idle_seconds)))
@@ -238,7 +233,7 @@ async fn restart_after(
     timeout: Duration,
 ) -> anyhow::Result<RestartMeasurement> {
     eprintln!("bench: restart with {n} addressed shards");
-    w.lp.metrics().reset();
+    w.lp().metrics().reset();
     let mut fresh = ControllerSpec {
         name: format!("{}-restarted", spec.name),
         ..spec.clone()
@@ -253,14 +248,4 @@ async fn restart_after(
         RestartMeasurement::collect(w, n, to_ready, args.restart_watch_seconds, fresh.peak_rss());
     fresh.stop(Duration::from_secs(10)).await;
     Ok(m)
-}
-
-/// Non-lease, non-event requests: the traffic that addressing shards costs.
-pub(crate) fn is_shard_work(k: &localplane::RequestKey) -> bool {
-    !is_lease(k) && !is_event(k)
-}
-
-/// Writes other than lease renewals.
-pub(crate) fn is_object_write(k: &localplane::RequestKey) -> bool {
-    is_write(k) && !is_lease(k)
 }

@@ -4,10 +4,59 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::harness::{World, is_event, is_lease, is_write, requests_by};
-use super::{is_object_write, is_shard_work};
+use localplane::testing::World;
+use localplane::{LocalPlane, RequestKey};
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+pub fn is_lease(k: &RequestKey) -> bool {
+    k.resource.starts_with("leases.coordination.k8s.io")
+}
+
+pub fn is_event(k: &RequestKey) -> bool {
+    k.resource.starts_with("events") || k.resource == "events"
+}
+
+pub fn is_write(k: &RequestKey) -> bool {
+    matches!(k.verb.as_str(), "create" | "update" | "patch" | "delete")
+}
+
+/// Non-lease, non-event requests: the traffic that addressing shards costs.
+pub fn is_shard_work(k: &RequestKey) -> bool {
+    !is_lease(k) && !is_event(k)
+}
+
+/// Writes other than lease renewals.
+pub fn is_object_write(k: &RequestKey) -> bool {
+    is_write(k) && !is_lease(k)
+}
+
+/// Counters grouped for a report: requests by plane and verb, without the ones a caller
+/// excludes (e.g. lease traffic reported on its own).
+pub fn requests_by(
+    lp: &LocalPlane,
+    include: impl Fn(&RequestKey) -> bool,
+) -> BTreeMap<(String, String), u64> {
+    let mut m = BTreeMap::new();
+    for c in lp.metrics().snapshot() {
+        if std::env::var_os("BENCH_DEBUG").is_some() {
+            eprintln!("  {c:?}");
+        }
+        if include(&c.key) {
+            // Non-resource requests are recorded under their path; the read of kube-system's
+            // UID (the cell's identity) is one-time startup work like discovery.
+            let verb = if c.key.resource.starts_with('/') {
+                "discovery".to_string()
+            } else if c.key.resource == "namespaces" && c.key.verb == "get" {
+                "identity".to_string()
+            } else {
+                c.key.verb.clone()
+            };
+            *m.entry((c.key.plane.clone(), verb)).or_default() += c.count;
+        }
+    }
+    m
+}
 
 /// One controller run over fresh shards.
 #[derive(Debug, Clone)]
@@ -42,7 +91,7 @@ impl Run {
         cpu: Option<Duration>,
         peak_rss: Option<u64>,
     ) -> Run {
-        let m = w.lp.metrics();
+        let m = w.lp().metrics();
         Run {
             shards,
             concurrency,
@@ -50,7 +99,7 @@ impl Run {
             events_done,
             ready,
             cpu,
-            by_verb: requests_by(&w.lp, is_shard_work),
+            by_verb: requests_by(w.lp(), is_shard_work),
             events: m.count(is_event),
             leases: m.count(is_lease),
             failed: m.count(|k| is_shard_work(k) && !(200..300).contains(&k.code)),
@@ -221,9 +270,12 @@ impl IdleMeasurement {
         IdleMeasurement {
             shards,
             seconds,
-            leases: requests_by(&w.lp, is_lease),
-            watches: w.lp.metrics().count(|k| k.verb == "watch" && !is_lease(k)),
-            other: requests_by(&w.lp, |k| !is_lease(k) && k.verb != "watch"),
+            leases: requests_by(w.lp(), is_lease),
+            watches: w
+                .lp()
+                .metrics()
+                .count(|k| k.verb == "watch" && !is_lease(k)),
+            other: requests_by(w.lp(), |k| !is_lease(k) && k.verb != "watch"),
         }
     }
 }
@@ -252,9 +304,9 @@ impl RestartMeasurement {
             shards,
             to_ready,
             watched_seconds,
-            writes: requests_by(&w.lp, is_object_write),
-            reads: requests_by(&w.lp, |k| !is_write(k) && !is_lease(k)),
-            lease_requests: w.lp.metrics().count(is_lease),
+            writes: requests_by(w.lp(), is_object_write),
+            reads: requests_by(w.lp(), |k| !is_write(k) && !is_lease(k)),
+            lease_requests: w.lp().metrics().count(is_lease),
             peak_rss,
         }
     }

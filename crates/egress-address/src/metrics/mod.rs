@@ -443,21 +443,11 @@ impl Metrics {
         self.shards.get_or_create(&StateLabels { state }).set(count);
     }
 
-    pub fn shards_in(&self, state: &'static str) -> i64 {
-        self.shards.get_or_create(&StateLabels { state }).get()
-    }
-
     /// A request to `plane` that got no usable answer, and why.
     pub fn transport_error(&self, plane: &'static str, cause: &'static str) {
         self.transport_errors
             .get_or_create(&TransportLabels { plane, cause })
             .inc();
-    }
-
-    pub fn transport_error_count(&self, plane: &'static str, cause: &'static str) -> u64 {
-        self.transport_errors
-            .get_or_create(&TransportLabels { plane, cause })
-            .get()
     }
 
     /// Whether the cell's latest answer accepted the credential.
@@ -475,17 +465,9 @@ impl Metrics {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    pub fn events_waiting(&self) -> i64 {
-        self.events_waiting.get()
-    }
-
     pub fn reconcile_panicked(&self) {
         self.reconcile_panics.inc();
         self.runtime_panicked();
-    }
-
-    pub fn reconcile_panics(&self) -> u64 {
-        self.reconcile_panics.get()
     }
 
     pub fn claim_outcome(&self, outcome: &str) {
@@ -494,14 +476,6 @@ impl Metrics {
                 outcome: outcome.to_string(),
             })
             .inc();
-    }
-
-    pub fn claim_outcome_count(&self, outcome: &str) -> u64 {
-        self.claim_outcomes
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome.to_string(),
-            })
-            .get()
     }
 
     pub fn reconcile_took(&self, took: Duration) {
@@ -528,10 +502,6 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.leader.get() == 1
-    }
-
     pub fn drift(&self, kind: &str) {
         self.drift
             .get_or_create(&DriftLabels {
@@ -542,18 +512,6 @@ impl Metrics {
 
     pub fn event_dropped(&self) {
         self.events_dropped.inc();
-    }
-
-    pub fn events_dropped_count(&self) -> u64 {
-        self.events_dropped.get()
-    }
-
-    pub fn drift_count(&self, kind: &str) -> u64 {
-        self.drift
-            .get_or_create(&DriftLabels {
-                kind: kind.to_string(),
-            })
-            .get()
     }
 }
 

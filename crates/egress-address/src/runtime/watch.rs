@@ -50,6 +50,7 @@ impl Watch {
     pub async fn run(mut self, stop: CancellationToken) {
         let mut stream = watcher(self.api.clone(), watcher::Config::default())
             .default_backoff()
+            .modify(forget_managed_fields)
             .into_stream()
             .boxed();
         let mut listing: HashSet<ShardKey> = HashSet::new();
@@ -137,6 +138,13 @@ impl Watch {
     }
 }
 
+/// The cache keeps no `managedFields`: nothing reads them, and on a real apiserver they are a
+/// good part of every object. Dropped, not emptied: an update without `managedFields` leaves the
+/// server's record as it is, where an empty list would wipe every manager's ownership.
+pub fn forget_managed_fields(shard: &mut EgressShard) {
+    shard.metadata.managed_fields = None;
+}
+
 fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
     match err {
         watcher::Error::InitialListFailed(e)
@@ -176,5 +184,31 @@ pub async fn follow_leadership(
             _ = stop.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    #[test]
+    fn managed_fields_are_dropped_not_emptied() {
+        let mut shard = EgressShard::new("s", Default::default());
+        shard.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            ..Default::default()
+        }]);
+        shard.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        forget_managed_fields(&mut shard);
+        let json = serde_json::to_value(&shard).unwrap();
+        assert!(
+            json["metadata"].get("managedFields").is_none(),
+            "an update must not carry managedFields: {json}"
+        );
+        assert_eq!(
+            json["metadata"]["annotations"]["a"], "b",
+            "nothing else is dropped"
+        );
     }
 }

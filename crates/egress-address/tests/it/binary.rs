@@ -192,10 +192,10 @@ impl Proc {
             log_flags,
             ipam_kubeconfig,
         } = launch;
-        let cell = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        let cell = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
         // Milo's grant kubeconfig names the base URL; the controller appends the project path.
         let ipam =
-            ipam_kubeconfig.unwrap_or_else(|| plane.lp.kubeconfig_path("cell", ADMIN).unwrap());
+            ipam_kubeconfig.unwrap_or_else(|| plane.lp().kubeconfig_path("cell", ADMIN).unwrap());
         let probe = free_port();
         let metrics = free_port();
         let mut c = command();
@@ -230,7 +230,7 @@ impl Proc {
             c.arg("--leader-elect");
         }
         // A file, not a pipe: nobody drains a pipe while the test runs, and a full one blocks.
-        let log = plane.dir.path().join(format!("{identity_env}.log"));
+        let log = plane.dir().join(format!("{identity_env}.log"));
         c.stderr(stderr.unwrap_or_else(|| std::fs::File::create(&log).unwrap().into()))
             .stdout(Stdio::null());
         Proc {
@@ -380,12 +380,7 @@ async fn the_binary_end_to_end_with_a_restart() {
         },
     )
     .await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "a successor after the takeover");
     assert_eq!(plane.shard_now("before").unwrap().spec, a.spec);
     plane.create_shard("after").await;
     addressed(&plane, "after").await;
@@ -420,7 +415,7 @@ async fn leader_election_can_be_turned_off_from_the_environment() {
     assert!(body.contains("egress_address_leader 1"), "{body}");
     let leases = localplane::ResourceKey::new("coordination.k8s.io", "leases");
     assert!(
-        plane.lp.cell().objects(&leases, None).is_empty(),
+        plane.lp().cell().objects(&leases, None).is_empty(),
         "a lease was taken"
     );
     p.sigterm();
@@ -448,4 +443,35 @@ async fn a_closed_log_pipe_neither_stops_the_work_nor_the_shutdown() {
     p.sigterm();
     let (code, _) = p.wait_exit(10).await;
     assert_eq!(code, Some(0), "SIGTERM still stops the controller cleanly");
+}
+
+#[tokio::test]
+async fn tls_verification_turned_off_is_said_loudly_at_start() {
+    let plane = Plane::start_tls().await;
+    let mut doc: serde_json::Value = serde_json::from_str(&plane.kubeconfig_text()).unwrap();
+    let cluster = &mut doc["clusters"][0]["cluster"];
+    cluster
+        .as_object_mut()
+        .unwrap()
+        .remove("certificate-authority-data");
+    cluster["insecure-skip-tls-verify"] = serde_json::json!(true);
+    let path = plane.dir().join("skip-verify.kubeconfig");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let mut p = Proc::launch(
+        &plane,
+        "careless",
+        Launch {
+            ipam_kubeconfig: Some(path),
+            ..Launch::default()
+        },
+    );
+    wait_ready(&p).await;
+    p.sigterm();
+    let (code, logs) = p.wait_exit(10).await;
+    assert_eq!(code, Some(0), "{logs}");
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("TLS VERIFICATION IS OFF"))
+        .unwrap_or_else(|| panic!("no warning in {logs}"));
+    assert!(warning.contains("\"level\":\"warn\""), "{warning}");
 }

@@ -1,118 +1,88 @@
-//! A localplane (cell + Milo platform project with IPAM) on loopback, and a controller against it.
+//! The controller against the test world (`localplane::testing`): the world as these tests
+//! build it, starting and stopping the controller in-process, waiting on the signals it exposes,
+//! and the shards and claims it makes.
 
+use std::ops::Deref;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use egress_address::{Controller, Handle, LeaderElection, Metrics, Settings};
-use egress_api::ipam::{IPAllocation, IPClaim};
-use egress_api::shard::{EgressShard, EgressShardSpec, TargetRef};
+use egress_api::ipam::IPClaim;
+use egress_api::shard::EgressShard;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use localplane::{
-    Caller, FaultConfig, FaultRule, Identity, LocalPlane, PlaneTxn, RequestKey, ResourceKey,
-    Running, StorageHooks,
-};
-use serde_json::{Value, json};
+use localplane::RequestKey;
+use localplane::testing::{World, WorldBuilder, shard_object, workspace_root};
+use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use localplane::testing::{ADMIN, eventually, fault};
+
 pub const PLATFORM: &str = "datum-platform";
-pub const CLASS: &str = "datum-egress-shard-address-ipv6";
-pub const LOCATION: &str = "dfw";
+pub const CLASS: &str = localplane::testing::ADDRESS_CLASS;
+pub const LOCATION: &str = localplane::testing::LOCATION;
 pub const SHARD_NS: &str = "galactic-system";
-pub const CLAIM_NS: &str = "default";
-pub const ADMIN: &str = "admin";
+pub const CLAIM_NS: &str = localplane::testing::CLAIM_NAMESPACE;
 pub const ADMIN_TOKEN: &str = "admin-token";
 pub const ROOT_CIDR: &str = "2607:ed40:100::/40";
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+/// The test world with the names these tests use: project `datum-platform`, shards in
+/// `galactic-system`, the inventory under a /40 of the platform's own range.
+pub struct Plane(World);
 
-/// The repository's IPAM inventory with the root pool's CIDR filled in, as an operator would.
-pub fn inventory_file(dir: &std::path::Path) -> PathBuf {
-    let text = std::fs::read_to_string(repo_root().join("config/ipam/egress-shard-ipv6.yaml"))
-        .expect("config/ipam/egress-shard-ipv6.yaml");
-    let text = text.replacen("cidr: \"\"", &format!("cidr: \"{ROOT_CIDR}\""), 1);
-    let path = dir.join("inventory.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-pub struct Plane {
-    pub lp: Running,
-    pub dir: tempfile::TempDir,
+impl Deref for Plane {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.0
+    }
 }
 
 impl Plane {
+    /// The world these tests start, for one that needs more (RBAC, identities, grants).
+    pub fn builder() -> WorldBuilder {
+        World::builder(workspace_root().join("config"))
+            .project(PLATFORM)
+            .claim_namespace(CLAIM_NS)
+            .shard_namespace(SHARD_NS)
+            .root_cidr(ROOT_CIDR)
+    }
+
+    pub async fn with(builder: WorldBuilder) -> Plane {
+        Plane(builder.start().await.expect("the test world starts"))
+    }
+
     pub async fn start() -> Plane {
-        Self::start_serving(false).await
+        Self::with(Self::builder()).await
     }
 
     /// Served over TLS (a throwaway CA in every kubeconfig).
     pub async fn start_tls() -> Plane {
-        Self::start_serving(true).await
+        Self::with(Self::builder().tls(true)).await
     }
 
-    async fn start_serving(tls: bool) -> Plane {
-        let dir = tempfile::tempdir().unwrap();
-        let inventory = inventory_file(dir.path());
-        let lp = LocalPlane::builder()
-            .crd_dir(repo_root().join("config/crd"))
-            .project(PLATFORM)
-            .project_namespace(CLAIM_NS)
-            .namespace(SHARD_NS)
-            .identity(Identity::admin(ADMIN, ADMIN_TOKEN))
-            .ipam(PLATFORM)
-            .manifest(PLATFORM, inventory)
-            .build()
-            .expect("localplane builds");
-        let addr = "127.0.0.1:0".parse().unwrap();
-        let mut lp = if tls {
-            lp.serve_tls(addr).await.unwrap()
-        } else {
-            lp.serve(addr).await.unwrap()
-        };
-        lp.set_kubeconfig_dir(dir.path());
-        let plane = Plane { lp, dir };
-        plane.ensure_kube_system();
-        plane
-    }
-
-    /// The admin kubeconfig's text (the controller's kubeconfigs name the base URL).
-    pub fn kubeconfig_text(&self) -> String {
-        std::fs::read_to_string(self.lp.kubeconfig_path("cell", ADMIN).unwrap()).unwrap()
-    }
-
-    /// Every cluster has kube-system; its UID is the cell's identity.
-    pub fn ensure_kube_system(&self) {
-        if self.cell_id_now().is_none() {
-            self.lp
-                .cell()
-                .apply_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}))
-                .unwrap();
-        }
-    }
-
-    fn cell_id_now(&self) -> Option<String> {
-        let ns = self
-            .lp
-            .cell()
-            .object(&ResourceKey::new("", "namespaces"), None, "kube-system")?;
-        ns["metadata"]["uid"].as_str().map(str::to_string)
+    /// A second cell with no IPAM of its own: its controller claims from the first plane's
+    /// IPAM, as two cells of one location do.
+    pub async fn start_cell_only() -> Plane {
+        Self::with(Self::builder().cell_only()).await
     }
 
     /// The cell's identity as the controller reads it: the kube-system namespace's UID.
     pub fn cell_id(&self) -> String {
-        self.cell_id_now().expect("kube-system exists")
+        self.lp().cell_uid()
     }
 
     /// The claim the controller makes for a shard of this cell.
     pub fn claim_name(&self, shard: &str) -> String {
         egress_address::ipam::naming::claim_name(&self.cell_id(), SHARD_NS, shard)
+    }
+
+    /// The claim the controller makes for a shard of this cell, read over HTTP.
+    pub async fn claim_for(&self, shard: &str) -> Option<IPClaim> {
+        self.claims()
+            .get_opt(&self.claim_name(shard))
+            .await
+            .unwrap()
     }
 
     /// The claim the controller would make for one incarnation of a shard.
@@ -129,81 +99,16 @@ impl Plane {
         })
     }
 
-    /// A second cell served by its own localplane, with no IPAM of its own: its controller
-    /// claims from the first plane's IPAM, as two cells of one location do.
-    pub async fn start_cell_only() -> Plane {
-        let dir = tempfile::tempdir().unwrap();
-        let lp = LocalPlane::builder()
-            .crd_dir(repo_root().join("config/crd"))
-            .namespace(SHARD_NS)
-            .identity(Identity::admin(ADMIN, ADMIN_TOKEN))
-            .build()
-            .expect("localplane builds");
-        let mut lp = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        lp.set_kubeconfig_dir(dir.path());
-        let plane = Plane { lp, dir };
-        plane.ensure_kube_system();
-        plane
-    }
-
-    pub fn cell(&self) -> Client {
-        self.lp.http_client("cell", ADMIN).unwrap()
-    }
-
-    pub fn ipam_admin(&self) -> Client {
-        self.lp.http_client(PLATFORM, ADMIN).unwrap()
-    }
-
     /// The controller's IPAM client, built the way the binary builds it: from a kubeconfig whose
     /// server is the base URL, with the path replaced by the project's.
     pub async fn ipam_for_controller(&self) -> Client {
-        let path = self.lp.kubeconfig_path("cell", ADMIN).unwrap();
+        let path = self.kubeconfig("cell", ADMIN);
         egress_address::ipam_client(&path, PLATFORM).await.unwrap()
-    }
-
-    pub fn shards(&self) -> Api<EgressShard> {
-        Api::namespaced(self.cell(), SHARD_NS)
-    }
-
-    pub fn claims(&self) -> Api<IPClaim> {
-        Api::namespaced(self.ipam_admin(), CLAIM_NS)
-    }
-
-    pub fn allocations(&self) -> Api<IPAllocation> {
-        Api::namespaced(self.ipam_admin(), CLAIM_NS)
-    }
-
-    pub async fn create_shard(&self, name: &str) -> EgressShard {
-        self.shards()
-            .create(&PostParams::default(), &new_shard(name))
-            .await
-            .unwrap()
-    }
-
-    /// Reads the store directly: no request, so request counts stay the controller's own.
-    pub fn shard_now(&self, name: &str) -> Option<EgressShard> {
-        let key = ResourceKey::new("network.datumapis.com", "egressshards");
-        let v = self.lp.cell().object(&key, Some(SHARD_NS), name)?;
-        Some(serde_json::from_value(v).unwrap())
-    }
-
-    /// The claim as stored, read without a request.
-    pub fn claim_now(&self, name: &str) -> Option<IPClaim> {
-        let key = ResourceKey::new("ipam.miloapis.com", "ipclaims");
-        let v = self
-            .lp
-            .project(PLATFORM)?
-            .object(&key, Some(CLAIM_NS), name)?;
-        Some(serde_json::from_value(v).unwrap())
-    }
-
-    pub async fn shard(&self, name: &str) -> EgressShard {
-        self.shards().get(name).await.unwrap()
     }
 
     /// Requests that do work: everything but list/watch, events and leases.
     pub fn work_requests(&self) -> Vec<(RequestKey, u64)> {
-        self.lp
+        self.lp()
             .metrics()
             .snapshot()
             .into_iter()
@@ -213,47 +118,25 @@ impl Plane {
     }
 
     pub fn work_request_total(&self) -> u64 {
-        self.lp.metrics().count(is_work)
+        self.lp().metrics().count(is_work)
     }
 
-    pub fn reset_counters(&self) {
-        self.lp.metrics().reset();
+    /// Fails unless exactly `expected` requests did work since the counters were reset.
+    #[track_caller]
+    pub fn assert_work_requests(&self, expected: u64, what: &str) {
+        assert_eq!(
+            self.work_request_total(),
+            expected,
+            "{what}: {:#?}",
+            self.work_requests()
+        );
     }
 
-    pub fn set_faults(&self, rules: Vec<FaultRule>) {
-        self.lp.faults().set(FaultConfig {
-            seed: Some(1),
-            rules,
-            watch_cut_after_seconds: None,
-        });
-    }
-
-    pub fn clear_faults(&self) {
-        self.lp.faults().clear();
-    }
-
-    /// Adds server behaviour on the platform plane after IPAM's own (e.g. to rewrite answers).
-    pub fn add_platform_hook(&self, hook: Arc<dyn StorageHooks>) {
-        self.lp.project(PLATFORM).unwrap().add_hooks(hook);
-    }
-
-    pub async fn events_for(&self, shard: &str) -> Vec<Event> {
-        let api: Api<Event> = Api::namespaced(self.cell(), SHARD_NS);
-        api.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(shard))
-            .collect()
-    }
-
-    pub async fn event_reasons(&self, shard: &str) -> Vec<String> {
-        self.events_for(shard)
-            .await
-            .into_iter()
-            .filter_map(|e| e.reason)
-            .collect()
+    /// Updates of shards anyone sent (answered or refused).
+    pub fn shard_updates(&self) -> u64 {
+        self.lp()
+            .metrics()
+            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards"))
     }
 }
 
@@ -267,18 +150,26 @@ pub fn is_work(k: &RequestKey) -> bool {
 }
 
 pub fn new_shard(name: &str) -> EgressShard {
-    let mut s = EgressShard::new(
-        name,
-        EgressShardSpec {
-            target_ref: TargetRef {
-                kind: "Node".into(),
-                name: format!("node-{name}"),
-            },
-            ..Default::default()
-        },
-    );
-    s.metadata.namespace = Some(SHARD_NS.into());
-    s
+    serde_json::from_value(shard_object(SHARD_NS, name)).unwrap()
+}
+
+/// Plays an IPAM that answers every new claim with `cidr` in `status.allocatedCIDR` (after it
+/// bound it), or unbound when `cidr` is empty.
+pub fn answer_claims_with(plane: &Plane, cidr: &str) {
+    let cidr = cidr.to_string();
+    plane.on_claim_create(move |claim| {
+        localplane::testing::answer_claim(claim, &cidr);
+    });
+}
+
+/// Plays a broken or hostile IPAM: every new claim's status is padded with `bytes` of text, an
+/// answer far larger than any claim.
+pub fn inflate_claims(plane: &Plane, bytes: usize) {
+    plane.on_claim_create(move |claim| {
+        claim["status"]["conditions"] = json!([{"type": "Padding", "status": "True",
+            "reason": "Padding", "message": "x".repeat(bytes),
+            "lastTransitionTime": "2026-12-03T00:00:00Z"}]);
+    });
 }
 
 /// Settings tuned for tests: no election unless asked, fast retries, no drift check.
@@ -295,16 +186,24 @@ pub fn settings() -> Settings {
     s
 }
 
-pub struct Running_ {
+pub struct Ctl {
     pub handle: Handle,
-    pub metrics: Metrics,
+    registry: prometheus_client::registry::Registry,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), egress_address::Error>>>,
 }
 
-pub type Ctl = Running_;
+impl Ctl {
+    /// The value of one series as `/metrics` shows it (0 when absent), e.g.
+    /// `ctl.sample("egress_address_claim_outcomes_total", &[("outcome", "Bound")])`.
+    pub fn sample(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        sample(
+            &egress_address::metrics::encode(&self.registry),
+            name,
+            labels,
+        )
+    }
 
-impl Running_ {
     pub async fn stop(mut self) -> Result<(), egress_address::Error> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -313,7 +212,7 @@ impl Running_ {
     }
 }
 
-impl Drop for Running_ {
+impl Drop for Ctl {
     fn drop(&mut self) {
         if let Some(t) = self.task.take() {
             t.abort();
@@ -335,37 +234,34 @@ pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Clien
 
 /// Starts a controller without waiting for it to be ready.
 pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
-    let metrics = Metrics::unregistered();
-    let controller = Controller::new(settings, cell, ipam, metrics.clone()).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let controller = Controller::new(settings, cell, ipam, metrics).unwrap();
     let handle = controller.handle();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(controller.run(async move {
         let _ = rx.await;
     }));
-    Running_ {
+    Ctl {
         handle,
-        metrics,
+        registry,
         stop: Some(tx),
         task: Some(task),
     }
 }
 
-/// Polls until `f` returns `Some`, or panics after `secs`.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+/// A plane, a controller with [`settings`] running against it, and shard `name` it addressed.
+pub async fn with_addressed(name: &str) -> (Plane, Ctl, EgressShard) {
+    with_addressed_by(settings(), name).await
+}
+
+/// [`with_addressed`] with a controller of other settings.
+pub async fn with_addressed_by(settings: Settings, name: &str) -> (Plane, Ctl, EgressShard) {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings).await;
+    plane.create_shard(name).await;
+    let shard = addressed(&plane, name).await;
+    (plane, ctl, shard)
 }
 
 pub async fn addressed(plane: &Plane, name: &str) -> EgressShard {
@@ -408,69 +304,6 @@ pub async fn idle(ctl: &Ctl) {
     tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_idle())
         .await
         .expect("the controller goes idle");
-}
-
-/// A hook that rewrites what IPAM put in a new claim's `status.allocatedCIDR` (after IPAM bound
-/// it), to play an IPAM that answers unbound or unusably.
-pub struct RewriteCidr(pub String);
-
-impl StorageHooks for RewriteCidr {
-    fn handles(&self, res: &ResourceKey) -> bool {
-        res.group == "ipam.miloapis.com" && res.plural == "ipclaims"
-    }
-
-    fn before_create(
-        &self,
-        _txn: &mut dyn PlaneTxn,
-        _caller: &Caller,
-        _res: &ResourceKey,
-        obj: &mut Value,
-    ) -> Result<(), kube::core::Status> {
-        let status = obj
-            .as_object_mut()
-            .unwrap()
-            .entry("status")
-            .or_insert_with(|| json!({}));
-        if self.0.is_empty() {
-            status.as_object_mut().unwrap().remove("allocatedCIDR");
-            status["phase"] = json!("Pending");
-        } else {
-            status["allocatedCIDR"] = json!(self.0);
-        }
-        Ok(())
-    }
-
-    fn before_update(
-        &self,
-        _txn: &mut dyn PlaneTxn,
-        _caller: &Caller,
-        _res: &ResourceKey,
-        _old: &Value,
-        _new: &mut Value,
-    ) -> Result<(), kube::core::Status> {
-        Ok(())
-    }
-
-    fn before_delete(
-        &self,
-        _txn: &mut dyn PlaneTxn,
-        _caller: &Caller,
-        _res: &ResourceKey,
-        _obj: &Value,
-    ) -> Result<(), kube::core::Status> {
-        Ok(())
-    }
-}
-
-pub fn fault(plane: &str, verb: &str, resource: &str, code: u16) -> FaultRule {
-    FaultRule {
-        plane: Some(plane.into()),
-        verb: Some(verb.into()),
-        resource: Some(resource.into()),
-        error_rate: 1.0,
-        code: Some(code),
-        ..Default::default()
-    }
 }
 
 pub const LEASE: &str = "egress-address-controller.cloud.datumapis.com";
@@ -551,46 +384,36 @@ impl MountedSecret {
     }
 }
 
-/// A hook that pads every new claim's status with `bytes` of text: an answer far larger than
-/// any claim, as a broken or hostile server might send.
-pub struct Inflate(pub usize);
-
-impl StorageHooks for Inflate {
-    fn handles(&self, res: &ResourceKey) -> bool {
-        res.group == "ipam.miloapis.com" && res.plural == "ipclaims"
+/// The value of the counter or gauge `name{labels}` in an exposition (0 when absent): labels must
+/// match exactly those given, in any order.
+pub fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> u64 {
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (series_name, series_labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if series_name != name {
+            continue;
+        }
+        let mut found: Vec<(String, String)> = series_labels
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+            .collect();
+        let mut want: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        found.sort();
+        want.sort();
+        if found == want {
+            let value: f64 = value.parse().expect("a numeric sample");
+            return value as u64;
+        }
     }
-
-    fn before_create(
-        &self,
-        _txn: &mut dyn PlaneTxn,
-        _caller: &Caller,
-        _res: &ResourceKey,
-        obj: &mut Value,
-    ) -> Result<(), kube::core::Status> {
-        obj["status"]["conditions"] = json!([{"type": "Padding", "status": "True",
-            "reason": "Padding", "message": "x".repeat(self.0),
-            "lastTransitionTime": "2026-12-03T00:00:00Z"}]);
-        Ok(())
-    }
-
-    fn before_update(
-        &self,
-        _txn: &mut dyn PlaneTxn,
-        _caller: &Caller,
-        _res: &ResourceKey,
-        _old: &Value,
-        _new: &mut Value,
-    ) -> Result<(), kube::core::Status> {
-        Ok(())
-    }
-
-    fn before_delete(
-        &self,
-        _txn: &mut dyn PlaneTxn,
-        _caller: &Caller,
-        _res: &ResourceKey,
-        _obj: &Value,
-    ) -> Result<(), kube::core::Status> {
-        Ok(())
-    }
+    0
 }

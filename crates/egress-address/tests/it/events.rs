@@ -40,7 +40,15 @@ fn assigned(memory: &ShardMemory, shard: &EgressShard, address: &str) -> Note {
 async fn events_wait_while_shards_are_being_addressed() {
     let plane = Plane::start().await;
     let shard = plane.create_shard("busy-1").await;
-    let metrics = Metrics::unregistered();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let waiting = || {
+        sample(
+            &egress_address::metrics::encode(&registry),
+            "egress_address_events_waiting",
+            &[],
+        )
+    };
     let (notifier, memory) = notifier(&plane, &metrics);
     let busy = Arc::new(AtomicBool::new(true));
     let stop = CancellationToken::new();
@@ -55,7 +63,7 @@ async fn events_wait_while_shards_are_being_addressed() {
         "an event goes out while reconciles are busy"
     );
     assert_eq!(
-        metrics.events_waiting(),
+        waiting(),
         1,
         "the held event is kept and shown in the gauge"
     );
@@ -67,7 +75,7 @@ async fn events_wait_while_shards_are_being_addressed() {
     })
     .await;
     assert_eq!(reasons, [reason::ADDRESS_ASSIGNED]);
-    assert_eq!(metrics.events_waiting(), 0);
+    assert_eq!(waiting(), 0);
     stop.cancel();
     publisher.await.unwrap();
 }

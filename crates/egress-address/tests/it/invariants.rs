@@ -3,7 +3,6 @@
 //! claim that a live shard still holds.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
@@ -72,7 +71,7 @@ async fn two_cells_with_one_shard_name_get_two_addresses_and_keep_them() {
 async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
     let plane = Plane::start().await;
     // An IPAM that hands every claim the same address.
-    plane.add_platform_hook(Arc::new(RewriteCidr("2607:ed40:100::77/128".into())));
+    answer_claims_with(&plane, "2607:ed40:100::77/128");
     plane.create_shard("first").await;
     plane.create_shard("second").await;
     let ctl = start_controller(&plane, settings()).await;
@@ -99,13 +98,19 @@ async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
     let other = plane.shard_now(refused).unwrap();
     assert!(other.spec.shard_address_ipv6.is_empty());
     assert!(other.spec.shard_address_ipv6_claim_ref.is_none());
-    assert!(ctl.metrics.claim_outcome_count("AddressInUse") >= 1);
-    assert_eq!(ctl.metrics.shards_in("refused"), 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "AddressInUse")]
+        ) >= 1
+    );
+    assert_eq!(
+        ctl.sample("egress_address_shards", &[("state", "refused")]),
+        1
+    );
     let note = plane
-        .events_for(refused)
+        .event(refused, "AddressInUse")
         .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("AddressInUse"))
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains(&format!("{SHARD_NS}/{kept}")), "{note}");
@@ -121,28 +126,20 @@ async fn addresses_no_shard_may_carry_are_never_written() {
         ("64:ff9b::c000:201/128", "NAT64"),
     ] {
         let plane = Plane::start().await;
-        plane.add_platform_hook(Arc::new(RewriteCidr(answer.into())));
+        answer_claims_with(&plane, answer);
         let ctl = start_controller(&plane, settings()).await;
         plane.create_shard("odd").await;
         let note = eventually(10, "an UnusableAnswer event", || async {
             plane
-                .events_for("odd")
+                .event("odd", "UnusableAnswer")
                 .await
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("UnusableAnswer"))
                 .and_then(|e| e.note)
         })
         .await;
         assert!(note.contains(why), "{answer}: {note}");
         let shard = plane.shard_now("odd").unwrap();
         assert!(shard.spec.shard_address_ipv6.is_empty(), "{answer} written");
-        assert_eq!(
-            plane
-                .lp
-                .metrics()
-                .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
-            0
-        );
+        assert_eq!(plane.shard_updates(), 0);
         ctl.stop().await.unwrap();
     }
 }
@@ -164,10 +161,18 @@ async fn a_failed_read_after_a_taken_name_is_retried_not_refused() {
     plane.set_faults(vec![fault(PLATFORM, "get", "ipclaims", 500)]);
     let ctl = start_controller(&plane, settings()).await;
     eventually(10, "the read retried", || async {
-        (ctl.metrics.claim_outcome_count("ClaimUnreadable") >= 2).then_some(())
+        (ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "ClaimUnreadable")],
+        ) >= 2)
+            .then_some(())
     })
     .await;
-    assert_eq!(ctl.metrics.shards_in("refused"), 0, "taken for a refusal");
+    assert_eq!(
+        ctl.sample("egress_address_shards", &[("state", "refused")]),
+        0,
+        "taken for a refusal"
+    );
     assert!(
         !plane
             .event_reasons("taken")
@@ -186,10 +191,7 @@ async fn a_failed_read_after_a_taken_name_is_retried_not_refused() {
 
 #[tokio::test]
 async fn a_shard_recreated_under_its_name_gets_its_own_claim() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("phoenix").await;
-    let first = addressed(&plane, "phoenix").await;
+    let (plane, ctl, first) = with_addressed("phoenix").await;
     ctl.stop().await.unwrap();
     // Deleted and created again while no controller ran: the earlier incarnation's claim is
     // still there under the same name.
@@ -221,7 +223,7 @@ async fn a_shard_recreated_under_its_name_gets_its_own_claim() {
         format!("{}/128", again.spec.shard_address_ipv6),
         claim.status.unwrap().allocated_cidr
     );
-    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+    let claims = plane.lp().project(PLATFORM).unwrap().objects(
         &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
         Some(CLAIM_NS),
     );
@@ -278,12 +280,7 @@ async fn shards_addressed_by_the_go_controller_are_kept_and_released() {
 
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "the switch wrote: {:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "the switch wrote");
     plane.create_shard("new").await;
     let new = addressed(&plane, "new").await;
     let new_ref = new.spec.shard_address_ipv6_claim_ref.unwrap();
@@ -390,7 +387,7 @@ async fn a_standby_remembers_only_pending_releases_and_takes_over_without_replay
         .await
         .expect("the standby takes over");
     idle(&b).await;
-    let m = plane.lp.metrics();
+    let m = plane.lp().metrics();
     assert_eq!(
         m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
         0,
@@ -435,7 +432,7 @@ async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
         .await
         .unwrap();
     eventually(10, "a release on its way", || async {
-        (plane.lp.metrics().injected_faults().delayed_commits >= 1).then_some(())
+        (plane.lp().metrics().injected_faults().delayed_commits >= 1).then_some(())
     })
     .await;
     // The shard comes back under its name while the release is still on its way.
@@ -448,7 +445,7 @@ async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
     .await;
     // Every late delete lands (each carries the UID of the claim it meant).
     eventually(20, "every delayed delete landed", || async {
-        let m = plane.lp.metrics();
+        let m = plane.lp().metrics();
         let landed = m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims"));
         (landed == m.injected_faults().delayed_commits).then_some(())
     })
@@ -496,8 +493,8 @@ async fn a_claim_whose_answer_was_lost_is_found_and_used_once() {
         claim.status.unwrap().allocated_cidr,
         format!("{}/128", shard.spec.shard_address_ipv6)
     );
-    assert!(plane.lp.metrics().injected_faults().after_apply.reset >= 1);
-    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+    assert!(plane.lp().metrics().injected_faults().after_apply.reset >= 1);
+    let claims = plane.lp().project(PLATFORM).unwrap().objects(
         &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
         Some(CLAIM_NS),
     );

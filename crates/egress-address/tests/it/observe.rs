@@ -31,7 +31,7 @@ fn ipam_kubeconfig_by_name(plane: &Plane) -> (PathBuf, String, String) {
         .and_then(|rest| rest.split('"').next())
         .expect("the kubeconfig names the loopback server")
         .to_string();
-    let path = plane.dir.path().join("ipam-by-name.kubeconfig");
+    let path = plane.dir().join("ipam-by-name.kubeconfig");
     std::fs::write(
         &path,
         text.replace("http://127.0.0.1:", "http://localhost:"),
@@ -536,7 +536,7 @@ fn version_names_the_commit_and_completions_name_the_flags() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let commit = Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(repo_root())
+        .current_dir(localplane::testing::workspace_root())
         .output()
         .ok()
         .filter(|o| o.status.success())
@@ -709,7 +709,7 @@ async fn the_metric_table_of_the_runbook_is_what_is_emitted() {
             metrics.rest_request(method.as_str(), host, status.map(|s| s.as_u16()))
         })
     };
-    let kubeconfig = plane.lp.kubeconfig_path("cell", ADMIN).unwrap();
+    let kubeconfig = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
     let (cell, _) = following_cell_client(
         Some(&kubeconfig),
         Transport::default(),
@@ -747,7 +747,9 @@ async fn the_metric_table_of_the_runbook_is_what_is_emitted() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 
-    let doc = std::fs::read_to_string(repo_root().join("docs/operations.md")).unwrap();
+    let doc =
+        std::fs::read_to_string(localplane::testing::workspace_root().join("docs/operations.md"))
+            .unwrap();
     let rows = metric_table(&doc);
     assert!(rows.len() > 20, "{rows:#?}");
     let problems = table_mismatches(&rows, &families);

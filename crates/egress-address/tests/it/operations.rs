@@ -20,15 +20,22 @@ async fn reason_containing(ctl: &Ctl, text: &str) -> Vec<String> {
     .await
 }
 
-#[tokio::test]
-async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
-    let plane = Plane::start().await;
+/// The admin's cell kubeconfig mounted as a Secret in folder `name`, carrying a revoked token;
+/// and the good kubeconfig, to rotate to.
+fn revoked_secret(plane: &Plane, name: &str) -> (MountedSecret, String) {
     let good = plane.kubeconfig_text();
-    let mut secret = MountedSecret::new(
-        plane.dir.path().join("ipam-secret"),
+    let secret = MountedSecret::new(
+        plane.dir().join(name),
         "kubeconfig",
         &good.replace(ADMIN_TOKEN, REVOKED),
     );
+    (secret, good)
+}
+
+#[tokio::test]
+async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
+    let plane = Plane::start().await;
+    let (mut secret, good) = revoked_secret(&plane, "ipam-secret");
     let (ipam, follower) =
         following_ipam_client(&secret.path(), PLATFORM, Transport::default(), None)
             .await
@@ -65,12 +72,7 @@ async fn a_rotated_ipam_credential_is_picked_up_without_a_restart() {
 #[tokio::test]
 async fn a_rotated_cell_credential_is_picked_up_without_a_restart() {
     let plane = Plane::start().await;
-    let good = plane.kubeconfig_text();
-    let mut secret = MountedSecret::new(
-        plane.dir.path().join("cell-secret"),
-        "kubeconfig",
-        &good.replace(ADMIN_TOKEN, REVOKED),
-    );
+    let (mut secret, good) = revoked_secret(&plane, "cell-secret");
     let (cell, follower) = following_cell_client(Some(&secret.path()), Transport::default(), None)
         .await
         .unwrap();
@@ -113,7 +115,7 @@ async fn an_ipam_outage_costs_a_probe_per_interval_and_ends_within_seconds() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let lasted = outage.elapsed();
     let attempts = plane
-        .lp
+        .lp()
         .metrics()
         .count(|k| k.plane == PLATFORM && k.resource.starts_with("ip"));
     let probes = (lasted.as_millis() / 200) as u64 + 1;
@@ -121,7 +123,12 @@ async fn an_ipam_outage_costs_a_probe_per_interval_and_ends_within_seconds() {
         attempts <= 5 + probes + 2,
         "{attempts} IPAM requests in {lasted:?} for 100 waiting shards (threshold 5, {probes} probes)"
     );
-    assert!(ctl.metrics.transport_error_count("ipam", "server-error") >= 5);
+    assert!(
+        ctl.sample(
+            "egress_address_transport_errors_total",
+            &[("plane", "ipam"), ("cause", "server-error")]
+        ) >= 5
+    );
 
     plane.clear_faults();
     let back = Instant::now();
@@ -142,9 +149,9 @@ async fn an_ipam_outage_costs_a_probe_per_interval_and_ends_within_seconds() {
 #[tokio::test]
 async fn an_oversized_answer_is_refused_naming_the_limit() {
     let plane = Plane::start().await;
-    plane.add_platform_hook(std::sync::Arc::new(Inflate(3 << 20)));
+    inflate_claims(&plane, 3 << 20);
     let (ipam, _follower) = following_ipam_client(
-        &plane.lp.kubeconfig_path("cell", ADMIN).unwrap(),
+        &plane.lp().kubeconfig_path("cell", ADMIN).unwrap(),
         PLATFORM,
         Transport::default(),
         None,
@@ -154,7 +161,11 @@ async fn an_oversized_answer_is_refused_naming_the_limit() {
     let ctl = start_controller_with(settings(), plane.cell(), ipam).await;
     plane.create_shard("flooded").await;
     eventually(10, "the answer refused", || async {
-        (ctl.metrics.transport_error_count("ipam", "too-large") >= 1).then_some(())
+        (ctl.sample(
+            "egress_address_transport_errors_total",
+            &[("plane", "ipam"), ("cause", "too-large")],
+        ) >= 1)
+            .then_some(())
     })
     .await;
     reason_containing(&ctl, "IPAM does not answer (too-large)").await;
@@ -184,7 +195,7 @@ async fn an_untrusted_server_certificate_is_named() {
     let good = plane.kubeconfig_text();
     let wrong = good.replace(&ca(&good), &ca(&stranger.kubeconfig_text()));
     assert_ne!(good, wrong);
-    let path = plane.dir.path().join("wrong-ca.kubeconfig");
+    let path = plane.dir().join("wrong-ca.kubeconfig");
     std::fs::write(&path, wrong).unwrap();
     let (ipam, _follower) = following_ipam_client(&path, PLATFORM, Transport::default(), None)
         .await
@@ -192,7 +203,12 @@ async fn an_untrusted_server_certificate_is_named() {
     let ctl = start_controller_with(settings(), plane.cell(), ipam).await;
     plane.create_shard("distrustful").await;
     reason_containing(&ctl, "IPAM does not answer (certificate)").await;
-    assert!(ctl.metrics.transport_error_count("ipam", "certificate") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_transport_errors_total",
+            &[("plane", "ipam"), ("cause", "certificate")]
+        ) >= 1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -204,8 +220,8 @@ async fn an_unreachable_cell_is_named() {
     drop(closed);
     let text = plane
         .kubeconfig_text()
-        .replace(&plane.lp.base_url(), &format!("http://127.0.0.1:{port}"));
-    let path = plane.dir.path().join("nowhere.kubeconfig");
+        .replace(&plane.lp().base_url(), &format!("http://127.0.0.1:{port}"));
+    let path = plane.dir().join("nowhere.kubeconfig");
     std::fs::write(&path, text).unwrap();
     let (cell, _) = following_cell_client(Some(&path), Transport::default(), None)
         .await

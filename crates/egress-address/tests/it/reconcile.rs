@@ -1,14 +1,12 @@
 //! Every reconcile rule of issue 5, against localplane over HTTP.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
 };
-use egress_api::ipam::IPClaim;
 use egress_api::shard::{AddressClaimRef, LABEL_EGRESS_IPV6};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
@@ -75,16 +73,19 @@ async fn a_new_shard_costs_exactly_two_requests() {
         r.contains(&"AddressAssigned".to_string()).then_some(r)
     })
     .await;
-    assert_eq!(ctl.metrics.claim_outcome_count("Bound"), 1);
+    assert_eq!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Bound")]
+        ),
+        1
+    );
     ctl.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn addressed_shards_and_an_idle_controller_cost_nothing() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("worker-1").await;
-    let shard = addressed(&plane, "worker-1").await;
+    let (plane, ctl, shard) = with_addressed("worker-1").await;
     settled(&ctl, &shard).await;
     ctl.stop().await.unwrap();
 
@@ -92,19 +93,9 @@ async fn addressed_shards_and_an_idle_controller_cost_nothing() {
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "a restart over addressed shards");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "idle: {:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "idle");
     ctl.stop().await.unwrap();
 }
 
@@ -158,32 +149,17 @@ async fn a_deleting_shard_is_left_alone() {
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
-    assert_eq!(
-        plane.work_request_total(),
-        0,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(0, "a start beside a shard being deleted");
     let after = plane.shard("draining").await;
     assert!(after.spec.shard_address_ipv6.is_empty());
     assert!(label(&after).is_none());
-    assert!(
-        plane
-            .claims()
-            .get_opt(&plane.claim_name("draining"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(plane.claim_for("draining").await.is_none());
     ctl.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_deleted_shard_has_its_claim_deleted() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("gone").await;
-    addressed(&plane, "gone").await;
+    let (plane, ctl, _) = with_addressed("gone").await;
     let name = plane.claim_name("gone");
     assert!(plane.claims().get_opt(&name).await.unwrap().is_some());
     plane
@@ -197,10 +173,7 @@ async fn a_deleted_shard_has_its_claim_deleted() {
 
 #[tokio::test]
 async fn a_failed_read_releases_nothing() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("kept").await;
-    let kept = addressed(&plane, "kept").await;
+    let (plane, ctl, kept) = with_addressed("kept").await;
     settled(&ctl, &kept).await;
     let name = plane.claim_name("kept");
     plane.set_faults(vec![fault("cell", "get", "egressshards", 500)]);
@@ -212,7 +185,7 @@ async fn a_failed_read_releases_nothing() {
     // The live confirmation fails, over and over: the claim must survive all of it.
     eventually(10, "the confirmation retried", || async {
         (plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 500)
             >= 3)
@@ -225,7 +198,7 @@ async fn a_failed_read_releases_nothing() {
     );
     assert_eq!(
         plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
         0
@@ -240,19 +213,9 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     let plane = Plane::start().await;
     let name = plane.claim_name("reborn");
     // An earlier claim of the same identity, released under Retain, leaves its allocation held.
-    let mut earlier: IPClaim = plane.desired_claim("reborn", "an-earlier-incarnation");
-    earlier.spec.reclaim_policy = "Retain".into();
-    let earlier = plane
-        .claims()
-        .create(&PostParams::default(), &earlier)
-        .await
-        .unwrap();
-    let held = earlier.status.unwrap().allocated_cidr;
-    plane
-        .claims()
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    let held = plane
+        .retain_address(&plane.desired_claim("reborn", "an-earlier-incarnation"))
+        .await;
 
     let ctl = start_controller(&plane, settings()).await;
     plane.reset_counters();
@@ -268,15 +231,16 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     assert!(plane.claim_now(&name).is_none(), "no claim is stored");
     settled(&ctl, &shard).await;
     // create (409) + get allocation + update shard, plus the test's own shard create.
-    assert_eq!(
-        plane.work_request_total(),
-        4,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(4, "an adoption");
     let alloc = plane.allocations().get(&r.name).await.unwrap();
     assert_eq!(alloc.status.unwrap().allocated_cidr, held);
-    assert_eq!(ctl.metrics.claim_outcome_count("Adopted"), 1);
+    assert_eq!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Adopted")]
+        ),
+        1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -290,27 +254,29 @@ async fn assert_refused(plane: &Plane, shard: &str, event: &str) {
     assert!(s.spec.shard_address_ipv6.is_empty(), "{reasons:?}");
     assert!(s.spec.shard_address_ipv6_claim_ref.is_none());
     assert!(label(&s).is_none());
-    assert_eq!(
-        plane
-            .lp
-            .metrics()
-            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
-        0,
-        "a refusal writes nothing"
-    );
+    assert_eq!(plane.shard_updates(), 0, "a refusal writes nothing");
 }
 
 #[tokio::test]
 async fn an_unbound_claim_is_pending_and_writes_nothing() {
     let plane = Plane::start().await;
-    plane.add_platform_hook(Arc::new(RewriteCidr(String::new())));
+    answer_claims_with(&plane, "");
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("waiting").await;
     assert_refused(&plane, "waiting", "ClaimPending").await;
-    assert!(ctl.metrics.claim_outcome_count("Unbound") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Unbound")]
+        ) >= 1
+    );
     // It is retried: the create meets the existing claim and reads it again.
     eventually(10, "a retry", || async {
-        (ctl.metrics.claim_outcome_count("Unbound") >= 2).then_some(())
+        (ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Unbound")],
+        ) >= 2)
+            .then_some(())
     })
     .await;
     ctl.stop().await.unwrap();
@@ -319,11 +285,16 @@ async fn an_unbound_claim_is_pending_and_writes_nothing() {
 #[tokio::test]
 async fn an_unusable_answer_is_refused() {
     let plane = Plane::start().await;
-    plane.add_platform_hook(Arc::new(RewriteCidr("198.51.100.7/32".into())));
+    answer_claims_with(&plane, "198.51.100.7/32");
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("odd").await;
     assert_refused(&plane, "odd", "UnusableAnswer").await;
-    assert!(ctl.metrics.claim_outcome_count("Unusable") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Unusable")]
+        ) >= 1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -352,7 +323,11 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
     );
     // Re-checked on the fixed interval, and the repeats do not flood events.
     eventually(10, "a re-check", || async {
-        (ctl.metrics.claim_outcome_count("Exhausted") >= 3).then_some(())
+        (ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Exhausted")],
+        ) >= 3)
+            .then_some(())
     })
     .await;
     let refused_events = plane
@@ -362,7 +337,10 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
         .filter(|e| e.reason.as_deref() == Some("ClaimRefused"))
         .count();
     assert_eq!(refused_events, 1, "repeats are aggregated");
-    assert_eq!(ctl.metrics.shards_in("refused"), 1);
+    assert_eq!(
+        ctl.sample("egress_address_shards", &[("state", "refused")]),
+        1
+    );
     plane.clear_faults();
     addressed(&plane, "full").await;
     ctl.stop().await.unwrap();
@@ -377,14 +355,17 @@ async fn a_missing_class_is_refused_by_name() {
     plane.create_shard("classless").await;
     assert_refused(&plane, "classless", "ClaimRefused").await;
     let note = plane
-        .events_for("classless")
+        .event("classless", "ClaimRefused")
         .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("ClaimRefused"))
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains("ClassNotFound"), "{note}");
-    assert!(ctl.metrics.claim_outcome_count("ClassNotFound") >= 1);
+    assert!(
+        ctl.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "ClassNotFound")]
+        ) >= 1
+    );
     ctl.stop().await.unwrap();
 }
 
@@ -419,14 +400,7 @@ async fn a_claim_made_for_another_shard_is_refused() {
     })
     .await;
     idle(&ctl).await;
-    assert!(
-        plane
-            .claims()
-            .get_opt(&plane.claim_name("twin"))
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(plane.claim_for("twin").await.is_some());
     ctl.stop().await.unwrap();
 }
 
@@ -461,12 +435,7 @@ async fn an_older_ipam_answering_a_duplicate_with_a_bare_500_is_handled() {
     );
     settled(&ctl, &shard).await;
     // create (500) + get claim + update.
-    assert_eq!(
-        plane.work_request_total(),
-        3,
-        "{:#?}",
-        plane.work_requests()
-    );
+    plane.assert_work_requests(3, "a create answered with a bare 500");
     ctl.stop().await.unwrap();
 }
 
@@ -521,10 +490,7 @@ async fn many_shards_in_parallel_get_distinct_addresses() {
 
 #[tokio::test]
 async fn a_label_edit_on_an_addressed_shard_costs_nothing() {
-    let plane = Plane::start().await;
-    let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("w").await;
-    let w = addressed(&plane, "w").await;
+    let (plane, ctl, w) = with_addressed("w").await;
     settled(&ctl, &w).await;
     plane.reset_counters();
     let patched = plane
@@ -582,7 +548,7 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
     plane.create_shard("raced").await;
     eventually(10, "a refused update", || async {
         (plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.verb == "update" && k.code == 409)
             >= 1)
@@ -598,7 +564,7 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
         claim.status.unwrap().allocated_cidr,
         "the retry used the claim it had already made"
     );
-    let claims = plane.lp.project(PLATFORM).unwrap().objects(
+    let claims = plane.lp().project(PLATFORM).unwrap().objects(
         &localplane::ResourceKey::new("ipam.miloapis.com", "ipclaims"),
         Some(CLAIM_NS),
     );

@@ -23,7 +23,7 @@ fn assert_unaddressed(plane: &Plane, name: &str) {
 }
 
 fn bogus_client(plane: &Plane, plane_name: &str) -> Client {
-    let mut cfg = kube::Config::new(plane.lp.plane_url(plane_name).parse().unwrap());
+    let mut cfg = kube::Config::new(plane.lp().plane_url(plane_name).parse().unwrap());
     cfg.auth_info.token = Some("not-a-token".to_string().into());
     Client::try_from(cfg).unwrap()
 }
@@ -53,13 +53,25 @@ async fn only_the_leader_writes() {
     } else {
         (&b, &a)
     };
-    assert_eq!(lead.metrics.claim_outcome_count("Bound"), 5);
     assert_eq!(
-        follow.metrics.claim_outcome_count("Bound"),
+        lead.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Bound")]
+        ),
+        5
+    );
+    assert_eq!(
+        follow.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", "Bound")]
+        ),
         0,
         "the follower wrote"
     );
-    assert!(lead.metrics.is_leader() && !follow.metrics.is_leader());
+    assert!(
+        (lead.sample("egress_address_leader", &[]) == 1)
+            && follow.sample("egress_address_leader", &[]) != 1
+    );
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
@@ -77,7 +89,7 @@ async fn a_failed_renewal_stops_writes_at_once() {
     assert_unaddressed(&plane, "during");
     assert_eq!(
         plane
-            .lp
+            .lp()
             .metrics()
             .count(|k| k.resource.starts_with("ipclaims")),
         0,
@@ -152,12 +164,9 @@ async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
 
 #[tokio::test]
 async fn drift_is_reported_and_never_rewritten() {
-    let plane = Plane::start().await;
     let mut s = settings();
     s.drift_check_interval = Duration::from_millis(400);
-    let ctl = start_controller(&plane, s).await;
-    plane.create_shard("drifter").await;
-    let before = addressed(&plane, "drifter").await;
+    let (plane, ctl, before) = with_addressed_by(s, "drifter").await;
     // Someone deletes the claim behind the controller's back.
     plane
         .claims()
@@ -169,27 +178,19 @@ async fn drift_is_reported_and_never_rewritten() {
         r.contains(&"AddressDrift".to_string()).then_some(())
     })
     .await;
-    assert!(ctl.metrics.drift_count("missing") >= 1);
+    assert!(ctl.sample("egress_address_drift_total", &[("kind", "missing")]) >= 1);
     let after = plane.shard_now("drifter").unwrap();
     assert_eq!(after.spec, before.spec, "drift never rewrites the shard");
-    let e = plane
-        .events_for("drifter")
-        .await
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some("AddressDrift"))
-        .unwrap();
+    let e = plane.event("drifter", "AddressDrift").await.unwrap();
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     ctl.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn no_drift_check_before_one_interval() {
-    let plane = Plane::start().await;
     let mut s = settings();
     s.drift_check_interval = Duration::from_secs(3600);
-    let ctl = start_controller(&plane, s).await;
-    plane.create_shard("calm").await;
-    let calm = addressed(&plane, "calm").await;
+    let (plane, ctl, calm) = with_addressed_by(s, "calm").await;
     settled(&ctl, &calm).await;
     plane.reset_counters();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -244,13 +245,7 @@ async fn a_refused_ipam_credential_writes_nothing_and_turns_not_ready() {
             .shard_address_ipv6
             .is_empty()
     );
-    assert_eq!(
-        plane
-            .lp
-            .metrics()
-            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards")),
-        0
-    );
+    assert_eq!(plane.shard_updates(), 0);
     ctl.stop().await.unwrap();
 }
 
@@ -264,7 +259,7 @@ async fn a_renewal_is_one_write_without_a_read() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     plane.reset_counters();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let m = plane.lp.metrics();
+    let m = plane.lp().metrics();
     let puts = m.count(|k| k.resource.starts_with("leases") && k.verb == "update");
     let gets = m.count(|k| k.resource.starts_with("leases") && k.verb == "get");
     assert!(puts >= 3, "renewals: {puts}");

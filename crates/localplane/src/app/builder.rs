@@ -144,6 +144,9 @@ impl LocalPlaneBuilder {
 
     /// Merges a configuration file's settings into the builder.
     pub fn config(mut self, c: Config) -> Self {
+        if let Some(p) = &c.ipam_platform_project {
+            self = self.ipam(p.clone());
+        }
         self.rbac |= c.rbac;
         self.crd_dirs.extend(c.crd_dirs);
         self.project_crd_dirs.extend(c.project_crd_dirs);

@@ -175,6 +175,7 @@ impl Ipam {
                 &self.caller,
                 &WriteOpts::default(),
             )
+            .map(|w| w.obj)
             .map_err(|e| e.0)
     }
 
@@ -190,6 +191,7 @@ impl Ipam {
                 &self.caller,
                 &WriteOpts::default(),
             )
+            .map(|w| w.obj)
             .map_err(|e| e.0)
     }
 

@@ -7,8 +7,8 @@ use kube::core::Status;
 use kube::core::response::{StatusDetails, StatusSummary};
 use serde_json::{Value, json};
 
-use super::Plane;
 use super::read::{ListQuery, ListResult};
+use super::{Plane, crds};
 use crate::error::{ApiError, status_json};
 use crate::hooks::{Caller, ResourceKey, StorageHooks};
 use crate::meta;
@@ -79,11 +79,17 @@ impl Plane {
                 h.before_delete(&mut txn, caller, &key, &old)
                     .map_err(ApiError::from)?;
             }
+            if crds::is_crd(def) {
+                crds::remove_objects(&mut txn, &old);
+            }
             txn.delete(&key, (*old).clone());
             deleted_status(def, name, &old)
         };
         if !opts.dry_run {
             txn.commit();
+            if crds::is_crd(def) && st.store.get(&key, "", name).is_none() {
+                st.registry.remove(&crds::served_key(&old));
+            }
         }
         Ok(out)
     }

@@ -5,6 +5,7 @@
 //! [`delete`] (preconditions, finalizers, namespace draining) and [`tally`] (the live counts the
 //! bench polls). This file holds the plane itself and access to its registry.
 
+mod crds;
 mod delete;
 mod read;
 mod tally;
@@ -17,12 +18,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use crate::hooks::{ResourceKey, StorageHooks};
 use crate::locks;
 use crate::resources::{Registry, ResourceDef};
+
 use crate::store::Store;
 
 pub(crate) use delete::DeleteOpts;
 pub(crate) use read::ListQuery;
 pub use tally::Tally;
-pub(crate) use write::{PatchKind, Target, WriteOpts};
+pub(crate) use write::{FieldValidation, PatchKind, Target, WriteOpts, Written};
 
 /// A control plane served by localplane. Cheap to clone; clones share the plane.
 #[derive(Clone)]
@@ -88,11 +90,20 @@ impl Plane {
             .collect()
     }
 
-    /// Serves a CRD's kind on this plane (re-adding replaces the definition, keeping objects).
+    /// Serves a CRD's kind on this plane, as if the CRD were applied to it: the CRD object is
+    /// stored (`kubectl get crd` lists it) and its kind served (re-adding replaces the
+    /// definition, keeping objects).
     pub fn add_crd(&self, crd: &CustomResourceDefinition) -> Result<(), String> {
-        let def = ResourceDef::from_crd(crd)?;
-        self.write().registry.insert(def);
-        Ok(())
+        let mut obj = serde_json::to_value(crd).map_err(|e| e.to_string())?;
+        obj["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
+        obj["kind"] = serde_json::json!("CustomResourceDefinition");
+        self.apply_object(obj).map(|_| ()).map_err(|e| {
+            format!(
+                "CRD {}: {}",
+                crd.metadata.name.as_deref().unwrap_or(""),
+                e.0.message
+            )
+        })
     }
 
     pub fn add_crds(

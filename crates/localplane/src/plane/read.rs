@@ -32,6 +32,14 @@ pub(crate) struct ListQuery<'a> {
     pub resource_version_match: Option<&'a str>,
 }
 
+/// A stored object as `def` (if any) presents it.
+fn present(def: Option<&ResourceDef>, v: &Value) -> Value {
+    match def {
+        Some(d) => d.present(&d.preferred().name, v).into_owned(),
+        None => v.clone(),
+    }
+}
+
 /// The resourceVersion a read is served at.
 #[derive(Debug, Clone, PartialEq)]
 enum ReadAt {
@@ -199,36 +207,55 @@ fn continue_expired(key: &ObjKey) -> ApiError {
 }
 
 impl Plane {
-    /// The stored object, as a GET would return it.
-    pub fn object(&self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
-        self.read()
-            .store
-            .get(res, namespace.unwrap_or(""), name)
-            .map(|v| (**v).clone())
+    /// Where the objects of the kind served at `res` are stored, and, when that is another
+    /// kind's store (events.k8s.io Events live with core ones), the kind whose view they are
+    /// read through.
+    pub(super) fn view(&self, res: &ResourceKey) -> (ResourceKey, Option<Arc<ResourceDef>>) {
+        match self.def(res) {
+            Some(def) if def.key() != *res => (def.key(), Some(def)),
+            _ => (res.clone(), None),
+        }
     }
 
-    /// All stored objects of a kind (in one namespace, or all).
+    /// The stored object, as a GET of the kind served at `res` would return it.
+    pub fn object(&self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let (key, def) = self.view(res);
+        let st = self.read();
+        let v = st.store.get(&key, namespace.unwrap_or(""), name)?;
+        Some(present(def.as_deref(), v))
+    }
+
+    /// All stored objects of a kind (in one namespace, or all), as a list of it would return
+    /// them.
     pub fn objects(&self, res: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
+        let (key, def) = self.view(res);
         self.read()
             .store
-            .range(res, namespace, None)
-            .map(|(_, v)| (**v).clone())
+            .range(&key, namespace, None)
+            .map(|(_, v)| present(def.as_deref(), v))
             .collect()
     }
 
     /// How many objects of a kind there are (in one namespace, or all), and how many of them
-    /// `pred` accepts. Nothing is copied, but it scans under the read lock; to poll while the
-    /// plane is busy, use [`Plane::tally`].
+    /// `pred` accepts. Nothing is copied (but for a kind read through another's view), but it
+    /// scans under the read lock; to poll while the plane is busy, use [`Plane::tally`].
     pub fn count_where(
         &self,
         res: &ResourceKey,
         namespace: Option<&str>,
         pred: impl Fn(&Value) -> bool,
     ) -> (usize, usize) {
+        let (key, def) = self.view(res);
         self.read()
             .store
-            .range(res, namespace, None)
-            .fold((0, 0), |(n, ok), (_, v)| (n + 1, ok + usize::from(pred(v))))
+            .range(&key, namespace, None)
+            .fold((0, 0), |(n, ok), (_, v)| {
+                let seen = match &def {
+                    Some(d) => pred(&d.present(&d.preferred().name, v)),
+                    None => pred(v),
+                };
+                (n + 1, ok + usize::from(seen))
+            })
     }
 
     pub(crate) fn get(

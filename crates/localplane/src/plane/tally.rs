@@ -20,11 +20,18 @@ impl Plane {
         namespace: Option<&str>,
         pred: impl Fn(&Value) -> bool + Send + 'static,
     ) -> Tally {
+        // A kind read through another's store (events.k8s.io Events) is counted from that
+        // store, each object as the kind presents it.
+        let (key, def) = self.view(res);
+        let pred: Box<dyn Fn(&Value) -> bool + Send> = match def {
+            Some(d) => Box::new(move |v| pred(&d.present(&d.preferred().name, v))),
+            None => Box::new(pred),
+        };
         let mut t = Tally {
             plane: self.clone(),
-            res: res.clone(),
+            res: key,
             namespace: namespace.map(str::to_string),
-            pred: Box::new(pred),
+            pred,
             rx: None,
             all: HashSet::new(),
             matched: HashSet::new(),

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Plane, PlaneState};
+use super::{Plane, PlaneState, crds};
 use crate::error::{ApiError, FieldError};
 use crate::fields;
 use crate::hooks::Caller;
+use crate::kinds;
 use crate::meta;
 use crate::resources::ResourceDef;
 use crate::schema;
@@ -24,12 +25,23 @@ pub(crate) struct Target<'a> {
     pub status: bool,
 }
 
+/// `fieldValidation`: what becomes of fields the kind does not have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum FieldValidation {
+    /// Dropped silently.
+    Ignore,
+    /// Dropped, with a `Warning` header naming each (the apiserver's default).
+    #[default]
+    Warn,
+    /// Refused with 400.
+    Strict,
+}
+
 /// Options every write takes from its query string.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WriteOpts {
     pub dry_run: bool,
-    /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
-    pub strict: bool,
+    pub field_validation: FieldValidation,
     /// `fieldManager`: who the write is recorded under in `managedFields`.
     pub field_manager: Option<String>,
     /// `force` as sent (only an apply may send it).
@@ -55,6 +67,22 @@ impl WriteOpts {
     }
 }
 
+/// A write's outcome: the object as stored (or as it would be, for a dry run) and the warnings
+/// the response carries.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub obj: Value,
+    pub warnings: Vec<String>,
+}
+
+/// Which request a body came with: the apiserver words decode failures differently for a body
+/// it decodes (create, update) and for the result of a patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Object,
+    Patched,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum PatchKind {
     Json,
@@ -72,40 +100,97 @@ fn admin_caller() -> Caller {
     }
 }
 
-/// Prunes, defaults and validates an object as admission would, given the old object on
-/// updates (for transition rules).
-fn admit(
+/// Decodes a request body as the apiserver's decoder would, in the version the client spoke:
+/// a built-in kind's types are checked (a wrong type or an unparseable time fails the request)
+/// and, for every kind, fields it does not have are dropped, refused or warned about as
+/// `fieldValidation` says. Returns the warnings.
+fn decode(
+    def: &ResourceDef,
+    version: &str,
+    obj: &mut Value,
+    opts: &WriteOpts,
+    body: Body,
+) -> Result<Vec<String>, ApiError> {
+    // The whole patched object is what failed to decode, so a patch's refusal quotes it.
+    let patched = (body == Body::Patched).then(|| obj.to_string());
+    let cannot_decode = |msg: String| match &patched {
+        None => ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {msg}",
+            kind = def.kind
+        )),
+        Some(text) => ApiError::invalid(
+            "",
+            "",
+            "",
+            &[FieldError::invalid("patch", &json!(text), msg)],
+        ),
+    };
+    let dropped = match def.builtin {
+        Some(b) => {
+            let schema = b.schema();
+            kinds::decode::decode(&schema.inlined, obj).map_err(cannot_decode)?;
+            schema::prune(&schema.inlined, obj)
+        }
+        None => match def.version(version).and_then(|v| v.schema.as_deref()) {
+            Some(s) => schema::prune(s, obj),
+            None => vec![],
+        },
+    };
+    let unknown: Vec<String> = dropped
+        .iter()
+        .map(|d| format!("unknown field {d:?}"))
+        .collect();
+    match opts.field_validation {
+        _ if unknown.is_empty() => Ok(vec![]),
+        FieldValidation::Ignore => Ok(vec![]),
+        FieldValidation::Warn => Ok(unknown),
+        FieldValidation::Strict => {
+            let msg = format!("strict decoding error: {}", unknown.join(", "));
+            Err(match body {
+                Body::Object => cannot_decode(msg),
+                Body::Patched => ApiError::bad_request(msg),
+            })
+        }
+    }
+}
+
+/// Validates an object (stored shape) as the apiserver would before storing it: for a custom
+/// resource, its schema's defaults, constraints and CEL rules (`old` enables transition rules);
+/// for a built-in, the required fields and enums its schema marks and the kind's own rules.
+fn validate(
     def: &ResourceDef,
     version: &str,
     obj: &mut Value,
     old: Option<&Value>,
-    opts: &WriteOpts,
 ) -> Result<(), ApiError> {
     let name = meta::str_at(obj, "/metadata/name").to_string();
-    let Some(v) = def.version(version) else {
-        return Ok(());
+    let errs = match def.builtin {
+        Some(b) => {
+            b.apply_defaults(obj, old);
+            let mut errs = vec![];
+            if b.schema_required_fields() {
+                errs = schema::validate_structure(&b.schema().inlined, obj);
+            }
+            errs.extend(b.validate(obj, old));
+            errs
+        }
+        None => {
+            let Some(v) = def.version(version) else {
+                return Ok(());
+            };
+            let Some(schema_v) = v.schema.as_deref() else {
+                return Ok(());
+            };
+            *obj = schema::apply_defaults(schema_v, obj);
+            let mut errs = schema::validate_structure(schema_v, obj);
+            if errs.is_empty()
+                && let Some(c) = v.compiled.as_deref()
+            {
+                errs = schema::validate_cel(c, schema_v, obj, old);
+            }
+            errs
+        }
     };
-    let Some(schema_v) = v.schema.as_deref() else {
-        return Ok(());
-    };
-    let dropped = schema::prune(schema_v, obj);
-    if opts.strict && !dropped.is_empty() {
-        let list: Vec<String> = dropped
-            .iter()
-            .map(|d| format!("unknown field {d:?}"))
-            .collect();
-        return Err(ApiError::bad_request(format!(
-            "strict decoding error: {}",
-            list.join(", ")
-        )));
-    }
-    *obj = schema::apply_defaults(schema_v, obj);
-    let mut errs = schema::validate_structure(schema_v, obj);
-    if errs.is_empty()
-        && let Some(c) = v.compiled.as_deref()
-    {
-        errs = schema::validate_cel(c, schema_v, obj, old);
-    }
     if errs.is_empty() {
         Ok(())
     } else {
@@ -216,12 +301,13 @@ impl Plane {
             let mut obj = obj;
             meta::meta_mut(&mut obj).remove("resourceVersion");
             self.update_inner(target, &name, obj, &caller, &opts, false)
+                .map(|w| w.obj)
         } else {
-            self.create(target, obj, &caller, &opts)
+            self.create(target, obj, &caller, &opts).map(|w| w.obj)
         }
     }
 
-    /// POST: validates and stores a new object, running the kind's hooks in the same
+    /// POST: decodes, validates and stores a new object, running the kind's hooks in the same
     /// transaction.
     pub(crate) fn create(
         &self,
@@ -229,12 +315,14 @@ impl Plane {
         mut obj: Value,
         caller: &Caller,
         opts: &WriteOpts,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         let Target {
             def, version, ns, ..
         } = t;
         fields::check_options("CreateOptions", opts.field_manager.as_deref(), None, false)?;
         check_type_meta(def, version, &mut obj)?;
+        let warnings = decode(def, version, &mut obj, opts, Body::Object)?;
+        let mut obj = def.to_storage(obj);
         let body_ns = meta::str_at(&obj, "/metadata/namespace").to_string();
         if let Some(ns) = ns
             && !body_ns.is_empty()
@@ -312,7 +400,7 @@ impl Plane {
             m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
             m.insert("generation".into(), json!(1));
         }
-        admit(def, version, &mut obj, None, opts)?;
+        validate(def, version, &mut obj, None)?;
         if !opts.applied {
             let manager = opts.manager();
             let writer = fields::Writer {
@@ -330,6 +418,12 @@ impl Plane {
                 }
             }
         }
+        let serves = if crds::is_crd(def) {
+            kinds::crd::established(&mut obj);
+            Some(crds::served_def(&obj)?)
+        } else {
+            None
+        };
         let key = def.key();
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
@@ -367,14 +461,23 @@ impl Plane {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         let stored = txn.write(&key, obj);
-        if !opts.dry_run {
+        let mut out = (*stored).clone();
+        if opts.dry_run {
+            // A dry run stops short of storage, where a resourceVersion would be assigned.
+            meta::meta_mut(&mut out).remove("resourceVersion");
+        } else {
             txn.commit();
+            if let Some(served) = serves {
+                st.registry.insert(served);
+            }
         }
-        Ok((*stored).clone())
+        Ok(Written {
+            obj: def.present(version, &out).into_owned(),
+            warnings,
+        })
     }
 
     /// PUT: the body replaces the object, guarded by its resourceVersion.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn update(
         &self,
         t: Target<'_>,
@@ -382,7 +485,7 @@ impl Plane {
         obj: Value,
         caller: &Caller,
         opts: &WriteOpts,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         self.update_inner(t, name, obj, caller, opts, t.def.custom)
     }
 
@@ -396,7 +499,7 @@ impl Plane {
         caller: &Caller,
         opts: &WriteOpts,
         require_rv: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Written, ApiError> {
         let Target {
             def, version, ns, ..
         } = t;
@@ -421,6 +524,8 @@ impl Plane {
                 )],
             ));
         }
+        let warnings = decode(def, version, &mut obj, opts, Body::Object)?;
+        let obj = def.to_storage(obj);
         let mut guard = self.write();
         let old = guard
             .store
@@ -430,11 +535,12 @@ impl Plane {
         if !body_rv.is_empty() && body_rv != meta::str_at(&old, "/metadata/resourceVersion") {
             return Err(ApiError::stale(&def.group, &def.plural, name));
         }
-        self.finish_update(&mut guard, t, old, obj, caller, opts)
+        self.finish_update(&mut guard, t, old, obj, caller, opts, warnings)
     }
 
-    /// PATCH in any of the four patch types; a server-side apply of an absent object creates it
-    /// (the flag says so: the apiserver answers such an apply 201).
+    /// PATCH in any of the four patch types, applied to the object as the request's version
+    /// presents it; a server-side apply of an absent object creates it (the flag says so: the
+    /// apiserver answers such an apply 201).
     pub(crate) fn patch(
         &self,
         t: Target<'_>,
@@ -443,7 +549,7 @@ impl Plane {
         body: &[u8],
         caller: &Caller,
         opts: &WriteOpts,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(Written, bool), ApiError> {
         let Target {
             def,
             version,
@@ -509,10 +615,10 @@ impl Plane {
             }
             return Err(ApiError::not_found(&def.group, &def.plural, name));
         };
-        let mut new = (*old).clone();
+        let mut new = def.present(version, &old).into_owned();
         match kind {
             PatchKind::Apply => {
-                new = applier.apply(Some(&old), &patch_value, force)?.0;
+                new = applier.apply(Some(&new), &patch_value, force)?.0;
             }
             PatchKind::Json => {
                 let mut ops: json_patch::Patch =
@@ -545,13 +651,17 @@ impl Plane {
             ));
         }
         let opts = if apply { &applied_opts } else { opts };
-        self.finish_update(&mut guard, t, old, new, caller, opts)
-            .map(|v| (v, false))
+        check_type_meta(def, version, &mut new)?;
+        let warnings = decode(def, version, &mut new, opts, Body::Patched)?;
+        let new = def.to_storage(new);
+        self.finish_update(&mut guard, t, old, new, caller, opts, warnings)
+            .map(|w| (w, false))
     }
 
-    /// The shared tail of PUT and PATCH, under the write lock: status separation, immutable
-    /// metadata, admission, generation, hooks, and removal once a deleting object's last
-    /// finalizer is gone.
+    /// The shared tail of PUT and PATCH, under the write lock, on the stored shape: status
+    /// separation, immutable metadata, validation, generation, hooks, and removal once a
+    /// deleting object's last finalizer is gone.
+    #[allow(clippy::too_many_arguments)]
     fn finish_update(
         &self,
         st: &mut PlaneState,
@@ -560,14 +670,14 @@ impl Plane {
         mut new: Value,
         caller: &Caller,
         opts: &WriteOpts,
-    ) -> Result<Value, ApiError> {
+        warnings: Vec<String>,
+    ) -> Result<Written, ApiError> {
         let Target {
             def,
             version,
             status: status_sub,
             ..
         } = t;
-        check_type_meta(def, version, &mut new)?;
         let name = meta::str_at(&old, "/metadata/name").to_string();
         // What the request's object says managedFields are (an apply: what it computed),
         // before the status subresource's view replaces the rest of the object.
@@ -637,7 +747,15 @@ impl Plane {
                 ));
             }
         }
-        admit(def, version, &mut new, Some(&old), opts)?;
+        validate(def, version, &mut new, Some(&old))?;
+        let serves = if crds::is_crd(def) {
+            if new.get("spec") != old.get("spec") {
+                kinds::crd::established(&mut new);
+            }
+            Some(crds::served_def(&new)?)
+        } else {
+            None
+        };
         if meta::spec_changed(&old, &new, def.has_status()) {
             let g = old
                 .pointer("/metadata/generation")
@@ -664,7 +782,10 @@ impl Plane {
             && meta::same_content(&old, &new)
             && old.pointer("/metadata/managedFields") == new.pointer("/metadata/managedFields")
         {
-            return Ok((*old).clone());
+            return Ok(Written {
+                obj: def.present(version, &old).into_owned(),
+                warnings,
+            });
         }
         let key = def.key();
         let hooks = self.hooks_for(&key);
@@ -678,13 +799,31 @@ impl Plane {
                 h.before_delete(&mut txn, caller, &key, &new)
                     .map_err(ApiError::from)?;
             }
+            if serves.is_some() {
+                crds::remove_objects(&mut txn, &new);
+            }
             txn.delete(&key, new)
         } else {
             txn.write(&key, new)
         };
-        if !opts.dry_run {
+        let mut out = (*out).clone();
+        if opts.dry_run {
+            // A dry run answers with what would be stored, still at the stored version.
+            let rv = meta::str_at(&old, "/metadata/resourceVersion").to_string();
+            meta::meta_mut(&mut out).insert("resourceVersion".into(), json!(rv));
+        } else {
             txn.commit();
+            match serves {
+                Some(_) if finished => {
+                    st.registry.remove(&crds::served_key(&out));
+                }
+                Some(served) => st.registry.insert(served),
+                None => {}
+            }
         }
-        Ok((*out).clone())
+        Ok(Written {
+            obj: def.present(version, &out).into_owned(),
+            warnings,
+        })
     }
 }

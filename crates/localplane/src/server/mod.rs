@@ -4,9 +4,11 @@
 //! resource requests to [`resource`]; [`routes`] parses paths and verbs, [`respond`] renders
 //! bodies and errors, and [`listen`] accepts connections (and drops one when a fault says so).
 
+mod impersonate;
 pub(crate) mod listen;
 mod resource;
 mod respond;
+mod review;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -49,6 +51,19 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         shared.record(&plane_name, parts.method.as_str(), &route.rest, 401);
         return ApiError::unauthorized().into_response();
     };
+    let subject = match impersonate::subject(&identity, &parts.headers, &route.plane, shared.rbac) {
+        Ok(s) => s,
+        Err(e) => {
+            let code = e.code();
+            shared.record(&plane_name, "impersonate", &route.rest, code);
+            return e.into_response();
+        }
+    };
+    if segs == ["openapi", "v2"] {
+        let resp = openapi_v2(&route.plane, &parts.headers);
+        shared.record(&plane_name, "get", &route.rest, resp.status().as_u16());
+        return resp;
+    }
     let Some(rp) = ResourcePath::parse(&segs) else {
         let resp = match routes::non_resource(&route.plane, &segs, &route.prefix, &parts.headers) {
             Some(v) => ok_json(&v),
@@ -61,15 +76,15 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     let query = Query::parse(parts.uri.query().unwrap_or(""));
     let verb = Verb::of(&parts.method, rp.name.is_some(), &query);
     let caller = Caller {
-        user: identity.user_name().to_string(),
-        groups: identity.all_groups(),
+        user: subject.user.clone(),
+        groups: subject.groups.clone(),
         project: route.plane.project().map(str::to_string),
     };
     let conn = parts.extensions.get::<listen::Connection>().cloned();
     let req = resource::Request {
         shared: shared.clone(),
         plane: route.plane,
-        identity,
+        subject,
         caller,
         verb,
         path: rp,
@@ -80,6 +95,24 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         Reply::Answer(r) => r,
         Reply::Silence(how) => listen::silence(conn, how, shared.shutdown.subscribe()).await,
     }
+}
+
+/// `/openapi/v2`, in protobuf when the client asks for it (client-go does), else JSON.
+fn openapi_v2(plane: &crate::plane::Plane, headers: &HeaderMap) -> Response {
+    let doc = crate::openapi_v2::document(&plane.read().registry);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !accept.contains("protobuf") {
+        return ok_json(&doc);
+    }
+    let mut resp = Response::new(Body::from(crate::openapi_v2::protobuf(&doc)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(crate::openapi_v2::PROTOBUF),
+    );
+    resp
 }
 
 fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<Identity> {

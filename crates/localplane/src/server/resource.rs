@@ -10,16 +10,19 @@ use bytes::Bytes;
 use http::{HeaderMap, header};
 use serde_json::{Value, json};
 
+use super::impersonate::Subject;
 use super::listen::Silence;
 use super::respond::{
     Shape, as_version, json_body, json_response, list_body, ok_json, resource_not_found,
 };
+use super::review;
 use super::routes::{Query, ResourcePath, Verb};
-use crate::config::Identity;
 use crate::error::ApiError;
 use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
-use crate::plane::{DeleteOpts, ListQuery, PatchKind, Plane, Target, WriteOpts};
+use crate::plane::{
+    DeleteOpts, FieldValidation, ListQuery, PatchKind, Plane, Target, WriteOpts, Written,
+};
 use crate::rbac;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -33,7 +36,7 @@ const MAX_BODY: usize = 64 << 20;
 pub(crate) struct Request<'a> {
     pub shared: Arc<Shared>,
     pub plane: Plane,
-    pub identity: Identity,
+    pub subject: Subject,
     pub caller: Caller,
     pub verb: Verb,
     pub path: ResourcePath,
@@ -46,6 +49,9 @@ struct Call {
     plane: Plane,
     def: Arc<ResourceDef>,
     caller: Caller,
+    /// Whom the request acts as (the reviews answer about them).
+    subject: Subject,
+    rbac: bool,
     verb: Verb,
     path: ResourcePath,
     query: Query,
@@ -74,7 +80,11 @@ impl Call {
     fn write_opts(&self) -> WriteOpts {
         WriteOpts {
             dry_run: self.query.get("dryRun").is_some_and(|d| d == "All"),
-            strict: self.query.get("fieldValidation") == Some("Strict"),
+            field_validation: match self.query.get("fieldValidation") {
+                Some("Strict") => FieldValidation::Strict,
+                Some("Ignore") => FieldValidation::Ignore,
+                _ => FieldValidation::Warn,
+            },
             field_manager: self.query.get("fieldManager").map(str::to_string),
             force: self.query.get("force").map(str::to_string),
             user_agent: self.user_agent.clone(),
@@ -197,9 +207,8 @@ fn settle(count: &Count, call: &Call, body: &[u8], after: Option<Failure>) -> Re
 /// Resolves and authorizes the request, and draws the faults it gets.
 fn admit(req: Request<'_>) -> Result<(Call, Decision), ApiError> {
     let shared = req.shared.clone();
-    let identity = req.identity.clone();
     let call = resolve(req)?;
-    authorize(&shared, &identity, &call)?;
+    authorize(&shared, &call)?;
     let fault_resource = match &call.path.sub {
         Some(s) => format!("{}/{s}", call.def.plural),
         None => call.def.plural.clone(),
@@ -240,6 +249,7 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
     };
     if req.verb == Verb::Unsupported
         || (status && !matches!(req.verb, Verb::Get | Verb::Update | Verb::Patch))
+        || (def.is_review() && req.verb != Verb::Create)
     {
         return Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
@@ -264,9 +274,11 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
     Ok(Call {
         shape: Shape::of(req.headers),
         user_agent,
+        rbac: req.shared.rbac,
         plane: req.plane,
         def,
         caller: req.caller,
+        subject: req.subject,
         verb: req.verb,
         path: req.path,
         query: req.query,
@@ -275,9 +287,10 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
     })
 }
 
-/// RBAC from the plane's own roles and bindings, for identities that are not admins.
-fn authorize(shared: &Shared, identity: &Identity, call: &Call) -> Result<(), ApiError> {
-    if !shared.rbac || identity.admin {
+/// RBAC from the plane's own roles and bindings, for whoever the request acts as, unless that
+/// is an admin (or the request reviews its own access, which everyone may).
+fn authorize(shared: &Shared, call: &Call) -> Result<(), ApiError> {
+    if !shared.rbac || call.subject.privileged || review::needs_no_grant(&call.def) {
         return Ok(());
     }
     let def = &call.def;
@@ -307,6 +320,7 @@ fn apply(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     match call.verb {
         Verb::Get => get(call),
         Verb::List => list(call),
+        Verb::Create if call.def.is_review() => review(call, body),
         Verb::Create => create(call, body),
         Verb::Update => update(call, body),
         Verb::Patch => patch(call, body),
@@ -326,10 +340,10 @@ fn include_object(q: &Query) -> IncludeObject {
     }
 }
 
-fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+fn selectors(def: &ResourceDef, q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
     Ok((
         LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
-        FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))?,
+        FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), def.field_set())?,
     ))
 }
 
@@ -357,7 +371,7 @@ fn get(call: &Call) -> Result<Response, ApiError> {
 
 fn list(call: &Call) -> Result<Response, ApiError> {
     let (def, version) = (&call.def, call.path.version.as_str());
-    let (labels, fields) = selectors(&call.query)?;
+    let (labels, fields) = selectors(def, &call.query)?;
     let q = ListQuery {
         labels: &labels,
         fields: &fields,
@@ -403,7 +417,7 @@ fn list(call: &Call) -> Result<Response, ApiError> {
 fn watch(shared: &Shared, call: &Call) -> Result<Response, ApiError> {
     let (def, version) = (&call.def, call.path.version.as_str());
     let q = &call.query;
-    let (labels, fields) = selectors(q)?;
+    let (labels, fields) = selectors(def, q)?;
     let rv = match q.get("resourceVersion").filter(|s| !s.is_empty()) {
         None => None,
         Some(s) => Some(
@@ -467,16 +481,47 @@ fn watch_render(
     }
 }
 
+/// A write's answer: the object, and a `Warning` header for each warning.
+fn written(code: u16, w: Written) -> Response {
+    let mut resp = json_response(code, json_body(&w.obj));
+    for text in &w.warnings {
+        if let Ok(v) = http::HeaderValue::from_str(&warning_header(text)) {
+            resp.headers_mut().append(http::header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// RFC 7234's `Warning: 299 - "<text>"`, with the text quoted as Go's `strconv.Quote` does.
+fn warning_header(text: &str) -> String {
+    let mut q = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            c if c.is_ascii_graphic() || c == ' ' => q.push(c),
+            c => q.push_str(&c.escape_unicode().to_string()),
+        }
+    }
+    format!("299 - \"{q}\"")
+}
+
+fn review(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let asked = parse_body(call, body)?;
+    let answer = review::answer(&call.def, &call.plane, call.rbac, &call.subject, asked)?;
+    Ok(json_response(201, json_body(&answer)))
+}
+
 fn create(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = decode_body(call, body)?;
+    let obj = parse_body(call, body)?;
     let created = call
         .plane
         .create(call.target(), obj, &call.caller, &call.write_opts())?;
-    Ok(json_response(201, json_body(&created)))
+    Ok(written(201, created))
 }
 
 fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = decode_body(call, body)?;
+    let obj = parse_body(call, body)?;
     let updated = call.plane.update(
         call.target(),
         call.name(),
@@ -484,7 +529,7 @@ fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.caller,
         &call.write_opts(),
     )?;
-    Ok(ok_json(&updated))
+    Ok(written(200, updated))
 }
 
 fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
@@ -503,10 +548,7 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.caller,
         &call.write_opts(),
     )?;
-    Ok(json_response(
-        if created { 201 } else { 200 },
-        json_body(&patched),
-    ))
+    Ok(written(if created { 201 } else { 200 }, patched))
 }
 
 fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
@@ -531,7 +573,7 @@ fn delete_collection(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         ));
     }
     let opts = delete_opts(body, call.write_opts().dry_run)?;
-    let (labels, fields) = selectors(&call.query)?;
+    let (labels, fields) = selectors(def, &call.query)?;
     let q = ListQuery {
         labels: &labels,
         fields: &fields,
@@ -587,54 +629,45 @@ async fn read_bytes(body: Body) -> Result<Bytes, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))
 }
 
-/// A create or update body in the media type it was sent as: JSON (also when none is named),
-/// YAML, or, for the built-in kinds that have one, protobuf. Anything else is 415 with the
-/// types the kind accepts.
-fn decode_body(call: &Call, body: &[u8]) -> Result<Value, ApiError> {
-    let def = &call.def;
-    let protobuf = crate::protobuf::decodes(&def.group, &def.kind);
+/// A create or update body in the media types the kind accepts: JSON and YAML always, and
+/// protobuf for the built-in kinds kubectl sends that way. Any other type is refused with 415,
+/// as the apiserver refuses a type it has no decoder for.
+fn parse_body(call: &Call, body: &[u8]) -> Result<Value, ApiError> {
+    let protobuf = call
+        .def
+        .builtin
+        .filter(|b| crate::kinds::protobuf::accepts(*b));
+    let accepted = if protobuf.is_some() {
+        "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+    } else {
+        "application/json, application/yaml"
+    };
+    let unknown = || {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            ),
+        )
+    };
+    let cannot = |e: String| {
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+            kind = call.def.kind,
+            version = call.path.version
+        ))
+    };
     match call.content_type.as_str() {
-        "" | "application/json" => parse_json(body),
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| cannot(e.to_string())),
         "application/yaml" => std::str::from_utf8(body)
             .map_err(|e| e.to_string())
-            .and_then(|t| serde_saphyr::from_str::<Value>(t).map_err(|e| e.to_string()))
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
-                    kind = def.kind,
-                    version = call.path.version
-                ))
-            }),
-        "application/vnd.kubernetes.protobuf" if protobuf => {
-            crate::protobuf::decode(&def.group, &def.kind, body).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
-                    kind = def.kind,
-                    version = call.path.version
-                ))
-            })
-        }
-        _ => {
-            let accepted = if protobuf {
-                "application/json, application/yaml, application/vnd.kubernetes.protobuf"
-            } else {
-                "application/json, application/yaml"
-            };
-            Err(ApiError::new(
-                415,
-                "UnsupportedMediaType",
-                format!(
-                    "the body of the request was in an unknown format - accepted media types include: {accepted}"
-                ),
-            ))
-        }
+            .and_then(|t| serde_saphyr::from_str(t).map_err(|e| e.to_string()))
+            .map_err(cannot),
+        "application/vnd.kubernetes.protobuf" => match protobuf {
+            Some(b) => crate::kinds::protobuf::decode(b, body).map_err(cannot),
+            None => Err(unknown()),
+        },
+        _ => Err(unknown()),
     }
-}
-
-fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
-        ))
-    })
 }

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::resources::ResourceDef;
@@ -115,19 +115,10 @@ impl Shape {
     }
 }
 
-/// The object as this version presents it (storage is shared across a kind's versions).
+/// The object as this version presents it (storage is shared across a kind's versions, and
+/// across the two groups Events are served in).
 pub(crate) fn as_version<'a>(def: &ResourceDef, version: &str, obj: &'a Value) -> Cow<'a, Value> {
-    if def.versions.len() == 1 {
-        return Cow::Borrowed(obj);
-    }
-    let av = def.api_version(version);
-    if crate::meta::str_at(obj, "/apiVersion") == av {
-        Cow::Borrowed(obj)
-    } else {
-        let mut o = obj.clone();
-        o["apiVersion"] = json!(av);
-        Cow::Owned(o)
-    }
+    def.present(version, obj)
 }
 
 /// Serialises a list item by item, without building one big JSON value.

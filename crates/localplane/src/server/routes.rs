@@ -177,7 +177,7 @@ pub(crate) fn non_resource(
     let reg = &st.registry;
     match segs {
         [] => Some(
-            json!({"paths": ["/api", "/api/v1", "/apis", "/openapi/v3", "/version", "/healthz"]}),
+            json!({"paths": ["/api", "/api/v1", "/apis", "/openapi/v2", "/openapi/v3", "/version", "/healthz"]}),
         ),
         ["version"] => Some(discovery::version()),
         ["api"] => {

@@ -19,9 +19,7 @@ pub const USER_NAME: &str = "system:egress-address@cloud.datumapis.com";
 pub const PLATFORM: &str = "platform";
 
 /// The workspace root (CRDs, the IPAM inventory and the `.venv` live there).
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+pub use localplane::testing::workspace_root as repo_root;
 
 pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

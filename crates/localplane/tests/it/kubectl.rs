@@ -337,6 +337,782 @@ async fn rbac_denials_read_like_the_apiserver() {
     lp.shutdown().await;
 }
 
+/// An event about shard `s1` as egress-address publishes it (events.k8s.io, with an eventTime,
+/// action, reporting controller and instance).
+fn controller_event(uid: &str) -> String {
+    format!(
+        r#"
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {{name: s1.18742b3c5d6e7f80, namespace: ns1}}
+eventTime: "2026-01-01T00:00:00.000000Z"
+regarding: {{apiVersion: network.datumapis.com/v1alpha1, kind: EgressShard, namespace: ns1, name: s1, uid: {uid}}}
+reason: AddressAssigned
+action: Assign
+note: assigned 2001:db8::1
+reportingController: egress-address-controller
+reportingInstance: egress-address-controller-7d9f-abcde
+type: Normal
+"#
+    )
+}
+
+#[tokio::test]
+async fn controller_events_show_in_describe_events_and_get_events() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    k.ok(&["apply", "-f", &f]).await;
+    let uid = k
+        .ok(&[
+            "get",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .await;
+    let e = write(k.home.path(), "e.yaml", &controller_event(&uid));
+    k.ok(&["create", "-f", &e]).await;
+
+    // describe finds the shard's events through the core API, by involvedObject fields.
+    let out = k.ok(&["describe", "egressshard", "s1", "-n", "ns1"]).await;
+    let events = out
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    let row: Vec<&str> = events.lines().nth(3).unwrap().split_whitespace().collect();
+    assert_eq!(row[0], "Normal", "{out}");
+    assert_eq!(row[1], "AddressAssigned", "{out}");
+    assert_eq!(row[3], "egress-address-controller", "{out}");
+    assert_eq!(row[4..].join(" "), "assigned 2001:db8::1", "{out}");
+
+    let out = k
+        .ok(&["events", "--for", "egressshard/s1", "-n", "ns1"])
+        .await;
+    assert!(out.starts_with("LAST SEEN"), "{out}");
+    assert!(
+        out.contains("AddressAssigned   EgressShard/s1   assigned 2001:db8::1"),
+        "{out}"
+    );
+
+    // get events prints the apiserver's event columns, the wide ones with -o wide.
+    let out = k.ok(&["get", "events", "-n", "ns1"]).await;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap()
+        .split("  ")
+        .filter(|c| !c.is_empty())
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        header,
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .contains("Normal   AddressAssigned   egressshard/s1   assigned 2001:db8::1"),
+        "{out}"
+    );
+    let out = k.ok(&["get", "events", "-n", "ns1", "-o", "wide"]).await;
+    assert!(
+        out.contains("egress-address-controller, egress-address-controller-7d9f-abcde"),
+        "{out}"
+    );
+    assert!(out.contains("s1.18742b3c5d6e7f80"), "{out}");
+
+    // Field selectors on core Events, and on events.k8s.io ones.
+    let out = k
+        .ok(&[
+            "get",
+            "events",
+            "-n",
+            "ns1",
+            "--field-selector",
+            "involvedObject.name=s1,reason=AddressAssigned",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(out.trim(), "event/s1.18742b3c5d6e7f80");
+    let (_, out, err) = k
+        .run(&[
+            "get",
+            "events",
+            "-n",
+            "ns1",
+            "--field-selector",
+            "involvedObject.name=s2",
+        ])
+        .await;
+    assert!(
+        out.is_empty() && err.contains("No resources found in ns1 namespace."),
+        "{out}{err}"
+    );
+    let out = k
+        .ok(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            "ns1",
+            "--field-selector",
+            "regarding.name=s1",
+            "-o",
+            "jsonpath={.items[0].note}",
+        ])
+        .await;
+    assert_eq!(out, "assigned 2001:db8::1");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let lease = |spec: &str| {
+        format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: l1, namespace: ns1}}\nspec: {spec}\n"
+        )
+    };
+    let f = write(
+        k.home.path(),
+        "l.yaml",
+        &lease("{leaseDurationSeconds: -5}"),
+    );
+    let (ok, _, err) = k.run(&["apply", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The Lease "l1" is invalid: spec.leaseDurationSeconds: Invalid value: -5: must be greater than 0"#),
+        "{err}"
+    );
+    let f = write(
+        k.home.path(),
+        "l.yaml",
+        &lease(r#"{renewTime: "yesterday"}"#),
+    );
+    let (ok, _, err) = k.run(&["create", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"Error from server (BadRequest): error when creating "#)
+            && err.contains(r#"Lease in version "v1" cannot be handled as a Lease: parsing time "yesterday" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "yesterday" as "2006""#),
+        "{err}"
+    );
+    let bogus = controller_event("u1").replace("type: Normal", "type: Bogus");
+    let f = write(k.home.path(), "e.yaml", &bogus);
+    let (ok, _, err) = k.run(&["create", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The Event "s1.18742b3c5d6e7f80" is invalid: type: Invalid value: "": has invalid value: Bogus"#),
+        "{err}"
+    );
+    let (_, out, _) = k
+        .run(&["get", "leases,events", "-n", "ns1", "-o", "name"])
+        .await;
+    assert_eq!(out, "", "nothing refused was stored");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let with_bogus = SHARD.replace("  targetRef:", "  bogus: 1\n  targetRef:");
+    let f = write(k.home.path(), "s.yaml", &with_bogus);
+    // kubectl asks for strict field validation unless told otherwise.
+    let (ok, _, err) = k.run(&["apply", "-f", &f]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"EgressShard in version "v1alpha1" cannot be handled as a EgressShard: strict decoding error: unknown field "spec.bogus""#),
+        "{err}"
+    );
+    let (ok, out, err) = k.run(&["apply", "--validate=warn", "-f", &f]).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains(r#"Warning: unknown field "spec.bogus""#),
+        "{err}"
+    );
+    assert!(
+        out.contains("egressshard.network.datumapis.com/s1 created"),
+        "{out}"
+    );
+    let spec = k
+        .ok(&[
+            "get",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "-o",
+            "jsonpath={.spec}",
+        ])
+        .await;
+    assert!(
+        !spec.contains("bogus"),
+        "the unknown field was dropped: {spec}"
+    );
+    lp.shutdown().await;
+}
+
+/// The kinds of a kustomize build and their names, as `kubectl get` addresses them.
+fn objects_of(yaml: &str) -> Vec<(String, String, Option<String>)> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    docs.into_iter()
+        .filter(|d| d.is_object())
+        .map(|d| {
+            let av = d["apiVersion"].as_str().unwrap();
+            let group = av.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+            let kind = d["kind"].as_str().unwrap().to_lowercase();
+            let resource = if group.is_empty() {
+                kind
+            } else {
+                format!("{kind}.{group}")
+            };
+            (
+                resource,
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+                d["metadata"]["namespace"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_install_and_the_crd_apply_and_are_served() {
+    let bin = kubectl_or_skip!();
+    // A bare cell: nothing of this project's is served until the install applies it.
+    let lp = localplane::LocalPlane::builder()
+        .identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN))
+        .build()
+        .unwrap()
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let root = repo_root();
+    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
+
+    // The runbook: the namespace first, then the overlay's base.
+    let out = k
+        .ok(&["apply", "-f", &path("config/egress-address/namespace.yaml")])
+        .await;
+    assert_eq!(out.trim(), "namespace/egress-address-system created");
+    // Step 4: the credential, with kubectl's own (protobuf) create.
+    let cred = write(
+        k.home.path(),
+        "egress-address.kubeconfig",
+        "apiVersion: v1\nkind: Config\n",
+    );
+    let out = k
+        .ok(&[
+            "-n",
+            "egress-address-system",
+            "create",
+            "secret",
+            "generic",
+            "egress-address-ipam-kubeconfig",
+            &format!("--from-file=kubeconfig={cred}"),
+        ])
+        .await;
+    assert_eq!(out.trim(), "secret/egress-address-ipam-kubeconfig created");
+    let built = k.ok(&["kustomize", &path("config/egress-address")]).await;
+    let objects = objects_of(&built);
+    let mut kinds: Vec<&str> = objects.iter().map(|o| o.0.as_str()).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "clusterrole.rbac.authorization.k8s.io",
+            "clusterrolebinding.rbac.authorization.k8s.io",
+            "deployment.apps",
+            "namespace",
+            "role.rbac.authorization.k8s.io",
+            "rolebinding.rbac.authorization.k8s.io",
+            "service",
+            "serviceaccount",
+        ],
+        "the kinds the install needs"
+    );
+    let out = k.ok(&["apply", "-k", &path("config/egress-address")]).await;
+    for (resource, name, _) in &objects {
+        let kind = resource.split('.').next().unwrap();
+        assert!(out.contains(&format!("/{name} ")), "{kind}/{name} in {out}");
+    }
+    for (resource, name, ns) in &objects {
+        let mut args = vec!["get", resource.as_str(), name.as_str(), "-o", "name"];
+        if let Some(ns) = ns {
+            args.extend(["-n", ns.as_str()]);
+        }
+        let got = k.ok(&args).await;
+        assert!(got.trim().ends_with(&format!("/{name}")), "{args:?}: {got}");
+    }
+    // Applying it again changes nothing.
+    let out = k.ok(&["apply", "-k", &path("config/egress-address")]).await;
+    assert_eq!(out.matches(" unchanged").count(), objects.len(), "{out}");
+    let out = k
+        .ok(&["get", "deploy,svc,sa", "-n", "egress-address-system"])
+        .await;
+    assert!(
+        out.contains("deployment.apps/egress-address-controller   0/1"),
+        "{out}"
+    );
+    assert!(out.contains("ClusterIP"), "{out}");
+    assert!(out.contains("8080/TCP"), "{out}");
+
+    // Each kind prints the apiserver's columns.
+    for (kind, want) in [
+        ("svc", "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE"),
+        ("deploy", "NAME READY UP-TO-DATE AVAILABLE AGE"),
+        ("sa", "NAME SECRETS AGE"),
+        ("rolebinding", "NAME ROLE AGE"),
+        ("role", "NAME CREATED AT"),
+    ] {
+        let out = k.ok(&["get", kind, "-n", "egress-address-system"]).await;
+        let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(header.join(" "), want, "{out}");
+    }
+    // The CRD: applied at runtime, listed, established, and its kind served from then on.
+    let (ok, _, err) = k.run(&["get", "egressshards", "-A"]).await;
+    assert!(
+        !ok && err.contains(r#"the server doesn't have a resource type "egressshards""#),
+        "{err}"
+    );
+    let crd = path("config/crd/network.datumapis.com_egressshards.yaml");
+    let out = k.ok(&["apply", "-f", &crd]).await;
+    assert_eq!(
+        out.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/egressshards.network.datumapis.com created"
+    );
+    let out = k.ok(&["get", "crd"]).await;
+    assert!(out.starts_with("NAME"), "{out}");
+    assert!(out.contains("egressshards.network.datumapis.com"), "{out}");
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/egressshards.network.datumapis.com",
+        "--timeout=30s",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "namespace",
+        "ns1",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ])
+    .await;
+    let ns = write(
+        k.home.path(),
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns1}\n",
+    );
+    k.ok(&["apply", "-f", &ns]).await;
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    let out = k.ok(&["apply", "-f", &f]).await;
+    assert!(
+        out.contains("egressshard.network.datumapis.com/s1 created"),
+        "{out}"
+    );
+    let out = k
+        .ok(&["explain", "egressshards.spec.shardAddressIPv6"])
+        .await;
+    assert!(out.contains("FIELD: shardAddressIPv6"), "{out}");
+    // Its schema's rules hold for objects written after it was applied.
+    let (ok, _, err) = k
+        .run(&[
+            "patch",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"shardAddressIPv6":"2001:db8::2"}}"#,
+        ])
+        .await;
+    assert!(
+        !ok && err.contains("shardAddressIPv6 is immutable once assigned"),
+        "{err}"
+    );
+    // Deleting the CRD stops serving the kind and takes its objects along. (kubectl's cached
+    // discovery still names the kind, so it asks, and the server answers as for any path it
+    // does not serve.)
+    k.ok(&["delete", "crd", "egressshards.network.datumapis.com"])
+        .await;
+    let (ok, _, err) = k.run(&["get", "egressshards", "-A"]).await;
+    assert!(
+        !ok && err.contains("the server could not find the requested resource"),
+        "{err}"
+    );
+    k.ok(&["apply", "-f", &crd]).await;
+    let (_, out, err) = k.run(&["get", "egressshards", "-A"]).await;
+    assert!(
+        out.is_empty() && err.contains("No resources found"),
+        "{out}{err}"
+    );
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    for args in [
+        &["create", "namespace", "team"][..],
+        &[
+            "create",
+            "role",
+            "r",
+            "-n",
+            "team",
+            "--verb=get,list",
+            "--resource=leases.coordination.k8s.io",
+        ],
+        &[
+            "create",
+            "rolebinding",
+            "rb",
+            "-n",
+            "team",
+            "--role=r",
+            "--user=alice",
+            "--group=devs",
+            "--serviceaccount=team:robot",
+        ],
+        &[
+            "create",
+            "clusterrole",
+            "cr",
+            "--verb=get",
+            "--resource=namespaces",
+        ],
+        &[
+            "create",
+            "clusterrolebinding",
+            "crb",
+            "--clusterrole=cr",
+            "--group=devs",
+        ],
+        &[
+            "create",
+            "secret",
+            "generic",
+            "cred",
+            "-n",
+            "team",
+            "--from-literal=kubeconfig=hi",
+        ],
+        &[
+            "create",
+            "configmap",
+            "cm",
+            "-n",
+            "team",
+            "--from-literal=a=1",
+        ],
+        &["create", "serviceaccount", "robot", "-n", "team"],
+    ] {
+        let out = k.ok(args).await;
+        assert!(out.contains(" created"), "{args:?}: {out}");
+    }
+    let get = |what: &'static str, path: &'static str| {
+        let k = &k;
+        async move {
+            k.ok(&["get", what, "-n", "team", "-o", &format!("jsonpath={path}")])
+                .await
+        }
+    };
+    assert_eq!(
+        get("role/r", "{.rules[0].verbs}").await,
+        r#"["get","list"]"#
+    );
+    assert_eq!(
+        get("role/r", "{.rules[0].apiGroups}").await,
+        r#"["coordination.k8s.io"]"#
+    );
+    assert_eq!(
+        get("rolebinding/rb", "{.roleRef.kind}/{.roleRef.name}").await,
+        "Role/r"
+    );
+    assert_eq!(
+        get("rolebinding/rb", "{.subjects[*].kind}").await,
+        "User Group ServiceAccount"
+    );
+    assert_eq!(get("secret/cred", "{.data.kubeconfig}").await, "aGk=");
+    assert_eq!(get("secret/cred", "{.type}").await, "Opaque");
+    assert_eq!(get("configmap/cm", "{.data.a}").await, "1");
+    assert_eq!(
+        get("clusterrolebinding/crb", "{.subjects[0].name}").await,
+        "devs"
+    );
+    let out = k
+        .ok(&["get", "namespace", "team", "-o", "jsonpath={.status.phase}"])
+        .await;
+    assert_eq!(out, "Active");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn auth_can_i_whoami_and_as_under_rbac() {
+    let bin = kubectl_or_skip!();
+    let lp = builder()
+        .rbac(true)
+        .build()
+        .unwrap()
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let admin = Kubectl::new(bin.clone(), &lp, "cell", ADMIN);
+    let user = Kubectl::new(bin, &lp, "cell", USER);
+    let can_i = |k: &Kubectl, args: &[&str]| {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        let a: Vec<String> = a.into_iter().map(str::to_string).collect();
+        let k = k.command(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        async move {
+            let mut k = k;
+            let out = k.output().await.unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            )
+        }
+    };
+    // Before any grant: no, as the user and as the admin asking for the user.
+    assert_eq!(
+        can_i(&user, &["list", "leases", "-n", "ns1"]).await,
+        (Some(1), "no".into())
+    );
+    assert_eq!(
+        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", USER_NAME]).await,
+        (Some(1), "no".into())
+    );
+    assert_eq!(
+        can_i(&admin, &["list", "leases", "-n", "ns1"]).await,
+        (Some(0), "yes".into())
+    );
+    admin
+        .ok(&[
+            "create",
+            "role",
+            "lease-reader",
+            "-n",
+            "ns1",
+            "--verb=get,list",
+            "--resource=leases",
+        ])
+        .await;
+    admin
+        .ok(&[
+            "create",
+            "rolebinding",
+            "lease-reader",
+            "-n",
+            "ns1",
+            "--role=lease-reader",
+            &format!("--user={USER_NAME}"),
+        ])
+        .await;
+    assert_eq!(
+        can_i(&user, &["list", "leases", "-n", "ns1"]).await,
+        (Some(0), "yes".into())
+    );
+    assert_eq!(
+        can_i(&user, &["delete", "leases", "-n", "ns1"]).await,
+        (Some(1), "no".into())
+    );
+    assert_eq!(
+        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", USER_NAME]).await,
+        (Some(0), "yes".into())
+    );
+    assert_eq!(
+        can_i(
+            &admin,
+            &["list", "leases", "-n", "default", "--as", USER_NAME]
+        )
+        .await,
+        (Some(1), "no".into())
+    );
+    let list = user.ok(&["auth", "can-i", "--list", "-n", "ns1"]).await;
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("leases.coordination.k8s.io"))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(row.ends_with("[get list]"), "{list}");
+
+    // whoami, as oneself and as someone else.
+    let out = user.ok(&["auth", "whoami"]).await;
+    assert!(out.contains(&format!("Username    {USER_NAME}")), "{out}");
+    assert!(out.contains("Groups      [system:authenticated]"), "{out}");
+    let out = admin
+        .ok(&["auth", "whoami", "--as", "bob", "--as-group", "devs"])
+        .await;
+    assert!(out.contains("Username    bob"), "{out}");
+    assert!(
+        out.contains("Groups      [devs system:authenticated]"),
+        "{out}"
+    );
+
+    // --as is checked: the user may not impersonate, and the admin acting as the user has only
+    // the user's access.
+    let (ok, _, err) = user
+        .run(&["get", "leases", "-n", "ns1", "--as", "bob"])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(r#"Error from server (Forbidden): users "bob" is forbidden: User "{USER_NAME}" cannot impersonate resource "users" in API group "" at the cluster scope"#)),
+        "{err}"
+    );
+    let (ok, _, err) = admin
+        .run(&["get", "leases", "-n", "default", "--as", USER_NAME])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(r#"User "{USER_NAME}" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "default""#)),
+        "{err}"
+    );
+    let (ok, _, err) = admin
+        .run(&["get", "leases", "-n", "ns1", "--as", USER_NAME])
+        .await;
+    assert!(ok, "{err}");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let f = write(k.home.path(), "s.yaml", SHARD);
+
+    // A server-side dry run answers with the object as it would be stored, without a
+    // resourceVersion, and stores nothing.
+    let out = k
+        .ok(&["create", "-f", &f, "--dry-run=server", "-o", "json"])
+        .await;
+    let dry: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(dry["metadata"]["uid"].is_string(), "{out}");
+    assert!(dry["metadata"].get("resourceVersion").is_none(), "{out}");
+    let (ok, _, err) = k.run(&["get", "egressshard", "s1", "-n", "ns1"]).await;
+    assert!(!ok && err.contains("not found"), "{err}");
+
+    // A malformed label selector is refused with labels.Parse's words.
+    k.ok(&["apply", "-f", &f]).await;
+    let (ok, _, err) = k
+        .run(&["get", "egressshards", "-n", "ns1", "-l", "a b"])
+        .await;
+    assert!(!ok);
+    assert!(err.contains("Error from server (BadRequest)"), "{err}");
+    assert!(
+        err.contains(
+            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
+        ),
+        "{err}"
+    );
+    let (ok, _, err) = k
+        .run(&["get", "egressshards", "-n", "ns1", "-l", "a=b c"])
+        .await;
+    assert!(
+        !ok && err.contains("found 'c', expected: ',' or 'end of string'"),
+        "{err}"
+    );
+    let out = k
+        .ok(&[
+            "get",
+            "egressshards",
+            "-n",
+            "ns1",
+            "-l",
+            "!missing",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(out.trim(), "egressshard.network.datumapis.com/s1");
+
+    // conditions is a list-map keyed by type: two entries with one type are refused.
+    let condition = r#"{"type":"Programmed","status":"True","reason":"R","message":"m","lastTransitionTime":"2026-01-01T00:00:00Z"}"#;
+    let (ok, _, err) = k
+        .run(&[
+            "patch",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{{"conditions":[{condition},{condition}]}}}}"#),
+        ])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The EgressShard "s1" is invalid: status.conditions[1]: Duplicate value: map[string]interface {}{"type":"Programmed"}"#),
+        "{err}"
+    );
+    k.ok(&[
+        "patch",
+        "egressshard",
+        "s1",
+        "-n",
+        "ns1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"status":{{"conditions":[{condition}]}}}}"#),
+    ])
+    .await;
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    // explain reads v3 unless told to read v2 (as protobuf).
+    let out = k
+        .ok(&["explain", "leases.spec", "--output=plaintext-openapiv2"])
+        .await;
+    assert!(out.contains("RESOURCE: spec <Object>"), "{out}");
+    assert!(out.contains("holderIdentity\t<string>"), "{out}");
+    let out = k
+        .ok(&[
+            "explain",
+            "egressshards.spec.targetRef",
+            "--output=plaintext-openapiv2",
+        ])
+        .await;
+    assert!(out.contains("kind\t<string> -required-"), "{out}");
+    // Re-applying a changed custom resource asks v2 which patch type its PATCH takes.
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    k.ok(&["apply", "-f", &f]).await;
+    let f2 = write(k.home.path(), "s2.yaml", &SHARD.replace("node-1", "node-2"));
+    let (ok, out, err) = k.run(&["apply", "-f", &f2, "-v=6"]).await;
+    assert!(ok && out.contains("configured"), "{out}{err}");
+    let asked = err
+        .lines()
+        .find(|l| l.contains("/openapi/v2?"))
+        .unwrap_or_else(|| panic!("kubectl did not ask for /openapi/v2:\n{err}"));
+    assert!(asked.contains("200 OK"), "{asked}");
+    let patched = err
+        .lines()
+        .find(|l| l.contains("verb=\"PATCH\""))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(patched.contains("200 OK"), "{patched}");
+    lp.shutdown().await;
+}
+
 const GIZMO: &str = r#"
 apiVersion: example.localplane.dev/v1
 kind: Gizmo

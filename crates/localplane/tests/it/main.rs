@@ -1,12 +1,17 @@
 //! localplane's integration tests, in one binary: kube-rs and kubectl against real HTTP, the
 //! Kubernetes semantics and Milo IPAM.
 
+mod binary;
+mod builtins;
 mod cell;
 mod common;
 mod faults;
+mod identity;
 mod ipam_http;
 mod ipam_kubectl;
 mod kube_conformance;
 mod kubectl;
 mod lists;
 mod ownership;
+mod python;
+mod world;

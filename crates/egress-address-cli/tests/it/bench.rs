@@ -2,11 +2,14 @@
 //! Needs the `egress-address-controller` binary of the same profile (built by
 //! `cargo test --workspace`).
 
-use egress_address_cli::bench::harness::locate_controller;
 use egress_address_cli::bench::{BenchArgs, measure};
+use egress_address_cli::fleet::locate_controller;
+
+use crate::common::one_fleet_at_a_time;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bench_counts_requests_events_idle_and_restart() {
+    let _turn = one_fleet_at_a_time().await;
     let args = BenchArgs {
         shards: vec![40],
         concurrency: vec![4],

@@ -4,6 +4,11 @@
 //! only IPAM verb the controller's grant allows, so an operator can run it with the controller's
 //! own credential. With `--orphaned-claims` it also lists the controller's claims (a verb the
 //! controller's grant does not have) and reports those whose shard is gone.
+//!
+//! Like `kubectl diff`, it exits 0 when everything is consistent, 1 when it found problems, and 2
+//! when it could not run (see [`ExitStatus`]). The verdicts themselves are pure ([`verdict`]).
+
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,7 +25,7 @@ use egress_address::ipam::naming::{
 use egress_address::ipam::spec::SCOPE_ROLE_LOCATION;
 use egress_api::ipam::IPClaim;
 
-use crate::verdict::{ClaimView, Finding, Holder, Lookup, ShardView, judge, orphaned};
+use verdict::{ClaimView, Finding, Holder, Lookup, ShardView, judge, orphaned};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AuditArgs {
@@ -30,9 +35,12 @@ pub struct AuditArgs {
     /// Kubeconfig reaching Milo (its server is Milo's base URL; the project path is added per ref).
     #[arg(long, env = "IPAM_KUBECONFIG")]
     pub ipam_kubeconfig: PathBuf,
-    /// Only shards in this namespace.
-    #[arg(long)]
+    /// Only shards (and, with --orphaned-claims, claims for shards) in this namespace.
+    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
     pub namespace: Option<String>,
+    /// Every namespace (the default; for the habit of `kubectl -A`).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
@@ -95,6 +103,36 @@ impl AuditArgs {
 pub enum Output {
     Table,
     Json,
+    Yaml,
+}
+
+/// How an audit ended, as its exit code tells a script (the codes of `kubectl diff`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Every shard (and claim) consistent: 0.
+    Consistent = 0,
+    /// At least one inconsistent verdict: 1.
+    Inconsistent = 1,
+    /// The audit could not run (unreadable kubeconfig, unreachable server, bad flags): 2.
+    Failed = 2,
+}
+
+impl ExitStatus {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Runs the audit and prints it; whether everything was consistent, or why it could not run.
+pub async fn main(args: &AuditArgs) -> ExitStatus {
+    match run(args).await {
+        Ok(true) => ExitStatus::Consistent,
+        Ok(false) => ExitStatus::Inconsistent,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitStatus::Failed
+        }
+    }
 }
 
 /// Runs the audit and prints it; returns whether everything was consistent.
@@ -115,6 +153,7 @@ pub async fn run(args: &AuditArgs) -> Result<bool> {
             serde_json::to_writer_pretty(&mut out, &findings)?;
             writeln!(out)?;
         }
+        Output::Yaml => out.write_all(serde_saphyr::to_string(&findings)?.as_bytes())?,
     }
     Ok(findings.iter().all(|f| !f.verdict.is_inconsistent()))
 }

@@ -1,49 +1,46 @@
 //! Bad input against the real controller process over HTTP: unusable IPAM answers, names at the
 //! limit, refused credentials, unreadable kubeconfigs. Each gets a clear error and leaves every
 //! object as it was. (Exhaustion, a missing class, a foreign claim and a different ref already on
-//! a shard are covered against the library in `crates/egress-address/tests/reconcile.rs`.)
+//! a shard are covered against the library in `crates/egress-address/tests/it/reconcile.rs`.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use egress_address_cli::bench::harness::{
-    CLAIM_NAMESPACE, CONTROLLER, ControllerSpec, PLATFORM_PROJECT, World, WorldOptions, claims_key,
-    is_addressed, locate_controller, log_tail, shard_object, shards_key,
+use egress_address_cli::fleet::{self, ControllerSpec, locate_controller, log_tail};
+use localplane::Identity;
+use localplane::testing::{
+    CLAIM_NAMESPACE, CONTROLLER, PLATFORM_PROJECT, World, answer_claim, claims_key, events_key,
+    eventually, is_addressed, shard_object, shards_key,
 };
-use localplane::{Caller, Identity, PlaneTxn, ResourceKey, StorageHooks};
 use serde_json::{Value, json};
+use tokio::sync::MutexGuard;
+
+use crate::common::one_fleet_at_a_time;
 
 const NS: &str = "bad-input";
 
-fn spec(world: &World, name: &str) -> ControllerSpec {
-    ControllerSpec {
-        bin: locate_controller(None).expect("the controller binary is built"),
-        name: name.into(),
-        concurrency: 4,
-        leader_elect: false,
-        cell_kubeconfig: world.cell_kubeconfig.clone(),
-        ipam_kubeconfig: world.ipam_kubeconfig.clone(),
-        log_dir: world.dir.path().join("logs"),
-        extra_args: vec!["--recheck-interval=1s".into(), "--backoff-cap=1s".into()],
-    }
+/// A world of its own, and this test's turn to run a controller in it.
+async fn world() -> (World, MutexGuard<'static, ()>) {
+    let turn = one_fleet_at_a_time().await;
+    (fleet::world().start().await.unwrap(), turn)
 }
 
-async fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+fn spec(world: &World, name: &str) -> ControllerSpec {
+    ControllerSpec {
+        leader_elect: false,
+        extra_args: vec!["--recheck-interval=1s".into(), "--backoff-cap=1s".into()],
+        ..ControllerSpec::new(
+            world,
+            locate_controller(None).expect("the controller binary is built"),
+            name,
+        )
     }
 }
 
 fn shard(world: &World, name: &str) -> Value {
     world
-        .lp
+        .lp()
         .cell()
         .object(&shards_key(), Some(NS), name)
         .unwrap_or_else(|| panic!("shard {name} exists"))
@@ -52,9 +49,9 @@ fn shard(world: &World, name: &str) -> Value {
 /// Events on a shard: (reason, note).
 fn events(world: &World, name: &str) -> Vec<(String, String)> {
     world
-        .lp
+        .lp()
         .cell()
-        .objects(&ResourceKey::new("events.k8s.io", "events"), Some(NS))
+        .objects(&events_key(), Some(NS))
         .iter()
         .filter(|e| e["regarding"]["name"].as_str() == Some(name))
         .map(|e| {
@@ -66,8 +63,16 @@ fn events(world: &World, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Requests for claims, whatever their answer: each re-check of a refused shard makes one.
+fn claim_requests(world: &World) -> u64 {
+    world
+        .lp()
+        .metrics()
+        .count(|k| k.resource.starts_with("ipclaims."))
+}
+
 fn shard_writes(world: &World) -> u64 {
-    world.lp.metrics().count(|k| {
+    world.lp().metrics().count(|k| {
         k.resource.starts_with("egressshards.")
             && matches!(k.verb.as_str(), "update" | "patch" | "create" | "delete")
     })
@@ -75,59 +80,21 @@ fn shard_writes(world: &World) -> u64 {
 
 /// Plays an IPAM that binds a claim but answers something unusable in `allocatedCIDR`, chosen by
 /// the shard the claim is for (after the real IPAM hooks ran).
-struct Answers(BTreeMap<String, String>);
-
-impl StorageHooks for Answers {
-    fn handles(&self, res: &ResourceKey) -> bool {
-        res.group == "ipam.miloapis.com" && res.plural == "ipclaims"
-    }
-
-    fn before_create(
-        &self,
-        _: &mut dyn PlaneTxn,
-        _: &Caller,
-        _: &ResourceKey,
-        obj: &mut Value,
-    ) -> Result<(), kube::core::Status> {
-        let shard = obj["metadata"]["annotations"]["cloud.datumapis.com/egress-shard-name"]
+fn answer_by_shard(world: &World, answers: BTreeMap<String, String>) {
+    world.on_claim_create(move |claim| {
+        let shard = claim["metadata"]["annotations"]["cloud.datumapis.com/egress-shard-name"]
             .as_str()
             .unwrap_or("")
             .to_string();
-        if let Some(answer) = self.0.get(&shard) {
-            if answer.is_empty() {
-                obj["status"] = json!({"phase": "Pending"});
-            } else {
-                obj["status"]["allocatedCIDR"] = json!(answer);
-            }
+        if let Some(answer) = answers.get(&shard) {
+            answer_claim(claim, answer);
         }
-        Ok(())
-    }
-
-    fn before_update(
-        &self,
-        _: &mut dyn PlaneTxn,
-        _: &Caller,
-        _: &ResourceKey,
-        _: &Value,
-        _: &mut Value,
-    ) -> Result<(), kube::core::Status> {
-        Ok(())
-    }
-
-    fn before_delete(
-        &self,
-        _: &mut dyn PlaneTxn,
-        _: &Caller,
-        _: &ResourceKey,
-        _: &Value,
-    ) -> Result<(), kube::core::Status> {
-        Ok(())
-    }
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusable_ipam_answers_are_refused_and_write_nothing() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
+    let (world, _turn) = world().await;
     let answers: BTreeMap<String, String> = [
         ("ipv4", "198.51.100.7/32"),
         ("slash64", "2001:db8:1::/64"),
@@ -138,19 +105,15 @@ async fn unusable_ipam_answers_are_refused_and_write_nothing() {
     .into_iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
     .collect();
-    world
-        .lp
-        .project(PLATFORM_PROJECT)
-        .unwrap()
-        .add_hooks(Arc::new(Answers(answers.clone())));
-    world.lp.cell().ensure_namespace(NS);
+    answer_by_shard(&world, answers.clone());
+    world.lp().cell().ensure_namespace(NS);
     let mut before = BTreeMap::new();
     for name in answers
         .keys()
         .chain(std::iter::once(&"control".to_string()))
     {
         let s = world
-            .lp
+            .lp()
             .cell()
             .apply_object(shard_object(NS, name))
             .unwrap();
@@ -159,7 +122,7 @@ async fn unusable_ipam_answers_are_refused_and_write_nothing() {
     let mut ctl = spec(&world, "unusable").spawn().unwrap();
     // A shard with a sound answer is addressed: the controller works, so what follows is not
     // vacuous.
-    eventually(30, "the control shard addressed", || {
+    eventually(30, "the control shard addressed", || async {
         is_addressed(&shard(&world, "control")).then_some(())
     })
     .await;
@@ -169,7 +132,7 @@ async fn unusable_ipam_answers_are_refused_and_write_nothing() {
         } else {
             "UnusableAnswer"
         };
-        let (_, note) = eventually(20, &format!("a {expected} event on {name}"), || {
+        let (_, note) = eventually(20, &format!("a {expected} event on {name}"), || async {
             events(&world, name)
                 .into_iter()
                 .find(|(r, _)| r == expected)
@@ -182,8 +145,13 @@ async fn unusable_ipam_answers_are_refused_and_write_nothing() {
             );
         }
     }
-    // Let the re-checks happen: nothing may change on a refused shard, ever.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Nothing may change on a refused shard, ever: not on the first answer, nor when IPAM is
+    // asked again (a round of re-checks, one request or more for each refused shard).
+    let asked = claim_requests(&world);
+    eventually(20, "a round of re-checks", || async {
+        (claim_requests(&world) >= asked + answers.len() as u64).then_some(())
+    })
+    .await;
     for name in answers.keys() {
         assert_eq!(
             shard(&world, name),
@@ -206,26 +174,26 @@ async fn unusable_ipam_answers_are_refused_and_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_at_the_limit_get_a_hashed_claim_and_longer_ones_never_exist() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
-    world.lp.cell().ensure_namespace(NS);
+    let (world, _turn) = world().await;
+    world.lp().cell().ensure_namespace(NS);
     let label = "a".repeat(62);
     let long = format!("{label}.{label}.{label}.{label}.b");
     assert_eq!(long.len(), 253);
     let too_long = format!("{long}{}", "c".repeat(47));
     assert_eq!(too_long.len(), 300);
     let err = world
-        .lp
+        .lp()
         .cell()
         .apply_object(shard_object(NS, &too_long))
         .expect_err("a 300-character name is refused by the API server");
     assert_eq!(err.code(), 422);
     world
-        .lp
+        .lp()
         .cell()
         .apply_object(shard_object(NS, &long))
         .unwrap();
     let mut ctl = spec(&world, "long-names").spawn().unwrap();
-    let s = eventually(30, "the long-named shard addressed", || {
+    let s = eventually(30, "the long-named shard addressed", || async {
         let s = shard(&world, &long);
         is_addressed(&s).then_some(s)
     })
@@ -236,7 +204,7 @@ async fn names_at_the_limit_get_a_hashed_claim_and_longer_ones_never_exist() {
         .to_string();
     assert!(claim_name.len() <= 253, "{claim_name}");
     let claim = world
-        .lp
+        .lp()
         .project(PLATFORM_PROJECT)
         .unwrap()
         .object(&claims_key(), Some(CLAIM_NAMESPACE), &claim_name)
@@ -248,7 +216,7 @@ async fn names_at_the_limit_get_a_hashed_claim_and_longer_ones_never_exist() {
     let (_, note) = eventually(
         10,
         "an AddressAssigned event on the long-named shard",
-        || {
+        || async {
             events(&world, &long)
                 .into_iter()
                 .find(|(r, _)| r == "AddressAssigned")
@@ -271,21 +239,24 @@ fn with_token(path: &Path, token: &str, out: &Path) -> PathBuf {
 /// Starts a controller whose credential the server refuses and checks it is loud, unready and
 /// harmless.
 async fn assert_refused_credential(world: &World, spec: ControllerSpec, plane: &str, code: u16) {
-    let cell = world.lp.cell();
+    let cell = world.lp().cell();
     cell.ensure_namespace(NS);
     let before = cell.apply_object(shard_object(NS, "victim")).unwrap();
     let mut ctl = spec.spawn().unwrap();
-    eventually(20, &format!("a {code} from {plane}"), || {
-        (world
-            .lp
-            .metrics()
-            .count(|k| k.plane == plane && k.code == code)
-            > 0)
-        .then_some(())
-    })
+    // Refused, and refused again as it retries: every chance to do the wrong thing.
+    eventually(
+        20,
+        &format!("three answers {code} from {plane}"),
+        || async {
+            (world
+                .lp()
+                .metrics()
+                .count(|k| k.plane == plane && k.code == code)
+                >= 3)
+                .then_some(())
+        },
+    )
     .await;
-    // Give it time to do the wrong thing, if it would.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!ctl.is_ready().await, "ready with a refused credential");
     assert_eq!(
         shard(world, "victim"),
@@ -294,7 +265,7 @@ async fn assert_refused_credential(world: &World, spec: ControllerSpec, plane: &
     );
     assert_eq!(shard_writes(world), 0);
     let claims = world
-        .lp
+        .lp()
         .project(PLATFORM_PROJECT)
         .unwrap()
         .objects(&claims_key(), Some(CLAIM_NAMESPACE));
@@ -311,58 +282,51 @@ async fn assert_refused_credential(world: &World, spec: ControllerSpec, plane: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_cell_token_is_refused_loudly() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
-    let mut s = spec(&world, "wrong-cell-token");
-    s.cell_kubeconfig = with_token(
-        &world.cell_kubeconfig,
-        "expired-token",
-        &world.dir.path().join("cell-expired.kubeconfig"),
-    );
-    assert_refused_credential(&world, s, "cell", 401).await;
+    assert_wrong_token_refused("cell").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ipam_token_is_refused_loudly() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
-    let mut s = spec(&world, "wrong-ipam-token");
-    s.ipam_kubeconfig = with_token(
-        &world.ipam_kubeconfig,
-        "expired-token",
-        &world.dir.path().join("ipam-expired.kubeconfig"),
-    );
-    assert_refused_credential(&world, s, PLATFORM_PROJECT, 401).await;
+    assert_wrong_token_refused(PLATFORM_PROJECT).await;
+}
+
+/// A controller whose kubeconfig for `plane` carries a token the server does not know.
+async fn assert_wrong_token_refused(plane: &str) {
+    let (world, _turn) = world().await;
+    let mut s = spec(&world, &format!("wrong-{plane}-token"));
+    let expired = world.dir().join(format!("{plane}-expired.kubeconfig"));
+    if plane == "cell" {
+        s.cell_kubeconfig = with_token(world.cell_kubeconfig(), "expired-token", &expired);
+    } else {
+        s.ipam_kubeconfig = with_token(world.ipam_kubeconfig(), "expired-token", &expired);
+    }
+    assert_refused_credential(&world, s, plane, 401).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipam_identity_without_a_grant_is_refused_loudly() {
-    let world = World::start(&WorldOptions {
-        identities: vec![Identity::user(
+    let _turn = one_fleet_at_a_time().await;
+    let world = fleet::world()
+        .identity(Identity::user(
             "ungranted",
             "ungranted-token",
             "system:egress-address@cloud.datumapis.com",
-        )],
-        rbac: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut s = spec(&world, "ungranted");
-    s.ipam_kubeconfig = world
-        .lp
-        .kubeconfig_path(PLATFORM_PROJECT, "ungranted")
+        ))
+        .rbac(true)
+        .start()
+        .await
         .unwrap();
+    let mut s = spec(&world, "ungranted");
+    s.ipam_kubeconfig = world.kubeconfig(PLATFORM_PROJECT, "ungranted");
     // The cell credential stays an admin one: only IPAM refuses.
-    assert_eq!(
-        s.cell_kubeconfig,
-        world.lp.kubeconfig_path("cell", CONTROLLER).unwrap()
-    );
+    assert_eq!(s.cell_kubeconfig, world.kubeconfig("cell", CONTROLLER));
     assert_refused_credential(&world, s, PLATFORM_PROJECT, 403).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_malformed_kubeconfig_stops_the_process_naming_the_file() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
-    let dir = world.dir.path();
+    let (world, _turn) = world().await;
+    let dir = world.dir();
     let missing = dir.join("no-such.kubeconfig");
     let malformed = dir.join("malformed.kubeconfig");
     std::fs::write(&malformed, "clusters: [this is: not a kubeconfig\n").unwrap();
@@ -393,5 +357,5 @@ async fn a_missing_or_malformed_kubeconfig_stops_the_process_naming_the_file() {
             path.display()
         );
     }
-    assert_eq!(world.lp.metrics().total(), 0, "nothing was contacted");
+    assert_eq!(world.lp().metrics().total(), 0, "nothing was contacted");
 }

@@ -1,15 +1,14 @@
 //! `audit` against a live localplane holding one shard in every state it can judge.
 
-mod common;
-
 use std::process::Command;
 
-use egress_address_cli::bench::harness::{
-    CLAIM_NAMESPACE, PLATFORM_PROJECT, World, WorldOptions, shards_key,
-};
+use egress_address_cli::fleet;
 use egress_api::ipam::IPClaim;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
+use localplane::testing::{CLAIM_NAMESPACE, PLATFORM_PROJECT, World, shards_key};
 use serde_json::{Value, json};
+
+use crate::common::BIN;
 
 const NS: &str = "egress";
 
@@ -27,10 +26,7 @@ fn shard(name: &str, address: &str, holder: Option<(&str, &str)>) -> Value {
 }
 
 async fn claim(world: &World, name: &str) -> String {
-    let api: Api<IPClaim> = Api::namespaced(
-        world.admin_client(PLATFORM_PROJECT).unwrap(),
-        CLAIM_NAMESPACE,
-    );
+    let api = world.claims();
     let c: IPClaim = serde_json::from_value(json!({
         "apiVersion": "ipam.miloapis.com/v1alpha1", "kind": "IPClaim",
         "metadata": {"name": name, "namespace": CLAIM_NAMESPACE},
@@ -47,9 +43,10 @@ async fn claim(world: &World, name: &str) -> String {
     cidr.trim_end_matches("/128").to_string()
 }
 
-/// Runs the real binary's `audit` with the world's kubeconfigs.
+/// Runs the real binary's `audit` with the world's kubeconfigs (the cell's unless `extra` names
+/// one).
 async fn run_audit(world: &World, extra: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_egress-address"));
+    let mut cmd = Command::new(BIN);
     // The flags' environment fallbacks must not come from whoever runs the tests.
     for var in [
         "PLATFORM_PROJECT",
@@ -59,11 +56,11 @@ async fn run_audit(world: &World, extra: &[&str]) -> std::process::Output {
     ] {
         cmd.env_remove(var);
     }
-    cmd.arg("audit")
-        .args(extra)
-        .arg("--cell-kubeconfig")
-        .arg(&world.cell_kubeconfig);
-    cmd.arg("--ipam-kubeconfig").arg(&world.ipam_kubeconfig);
+    cmd.arg("audit").args(extra);
+    if !extra.contains(&"--cell-kubeconfig") {
+        cmd.arg("--cell-kubeconfig").arg(world.cell_kubeconfig());
+    }
+    cmd.arg("--ipam-kubeconfig").arg(world.ipam_kubeconfig());
     tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap()
@@ -71,10 +68,10 @@ async fn run_audit(world: &World, extra: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
+    let world = fleet::world().start().await.unwrap();
     let good = claim(&world, "c-good").await;
     claim(&world, "c-moved").await;
-    let cell = world.lp.cell();
+    let cell = world.lp().cell();
     cell.ensure_namespace(NS);
     for s in [
         shard("consistent", &good, Some(("IPClaim", "c-good"))),
@@ -121,9 +118,11 @@ async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
 
     // With only the consistent, pending and hand-set shards left, the audit passes, as a table.
     for name in ["missing", "mismatch", "twin-a", "twin-b"] {
-        let api: Api<egress_api::shard::EgressShard> =
-            Api::namespaced(world.admin_client("cell").unwrap(), NS);
-        api.delete(name, &Default::default()).await.unwrap();
+        world
+            .shards()
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
     }
     let out = run_audit(&world, &[]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -137,7 +136,7 @@ async fn audit_reports_every_verdict_and_fails_on_inconsistency() {
         stdout.contains("egress/consistent") && stdout.contains(&good),
         "{stdout}"
     );
-    world.lp.shutdown().await;
+    world.shutdown().await;
 }
 
 /// Creates the claim the controller of `cell` would make for one incarnation of a shard, in
@@ -150,10 +149,7 @@ async fn controller_claim(
     location: &str,
 ) -> String {
     use egress_address::ipam::spec::{ClaimRequest, desired_claim};
-    let api: Api<IPClaim> = Api::namespaced(
-        world.admin_client(PLATFORM_PROJECT).unwrap(),
-        CLAIM_NAMESPACE,
-    );
+    let api = world.claims();
     let c = desired_claim(&ClaimRequest {
         class_name: "datum-egress-shard-address-ipv6",
         claim_namespace: CLAIM_NAMESPACE,
@@ -169,10 +165,10 @@ async fn controller_claim(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_claims_are_reported_on_request() {
-    let world = World::start(&WorldOptions::default()).await.unwrap();
-    let cell = world.lp.cell();
+    let world = fleet::world().start().await.unwrap();
+    let cell = world.lp().cell();
     cell.ensure_namespace(NS);
-    let cell_id = common::kube_system_uid(&cell);
+    let cell_id = world.lp().cell_uid();
     let claim_of = |name: &str| egress_address::ipam::naming::claim_name(&cell_id, NS, name);
     let placeholder = cell.apply_object(shard("kept", "", None)).unwrap();
     let kept_uid = placeholder["metadata"]["uid"].as_str().unwrap().to_string();
@@ -235,5 +231,170 @@ async fn orphaned_claims_are_reported_on_request() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    world.lp.shutdown().await;
+    world.shutdown().await;
+}
+
+/// The findings of one run, parsed from the format it was asked for.
+fn parsed(out: &std::process::Output, format: &str) -> Vec<Value> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match format {
+        "json" => serde_json::from_str(&stdout).expect("json output"),
+        _ => serde_saphyr::from_str(&stdout).expect("yaml output"),
+    }
+}
+
+fn names(findings: &[Value]) -> Vec<String> {
+    let mut v: Vec<String> = findings
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["namespace"].as_str().unwrap(),
+                f["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A world holding one shard whose address is the one its claim holds; that address.
+async fn with_a_consistent_shard() -> (World, String) {
+    let world = fleet::world().start().await.unwrap();
+    let good = claim(&world, "c-good").await;
+    world
+        .lp()
+        .cell()
+        .apply_object(shard("consistent", &good, Some(("IPClaim", "c-good"))))
+        .unwrap();
+    (world, good)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_speaks_table_json_and_yaml_and_filters_by_namespace() {
+    let (world, good) = with_a_consistent_shard().await;
+    let cell = world.lp().cell();
+    cell.ensure_namespace("elsewhere");
+    let mut other = shard("hand-set", "2001:db8:ffff::1", None);
+    other["metadata"]["namespace"] = json!("elsewhere");
+    cell.apply_object(other).unwrap();
+
+    let json_out = run_audit(&world, &["-o", "json"]).await;
+    let yaml_out = run_audit(&world, &["-o", "yaml"]).await;
+    for out in [&json_out, &yaml_out] {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let yaml_text = String::from_utf8_lossy(&yaml_out.stdout);
+    assert!(
+        yaml_text.starts_with("- ") && !yaml_text.contains('{'),
+        "block YAML, not JSON:\n{yaml_text}"
+    );
+    let (json, yaml) = (parsed(&json_out, "json"), parsed(&yaml_out, "yaml"));
+    assert_eq!(json, yaml, "the same findings in both formats");
+    assert_eq!(names(&json), ["egress/consistent", "elsewhere/hand-set"]);
+    let consistent = json.iter().find(|f| f["name"] == "consistent").unwrap();
+    assert_eq!(consistent["verdict"], "consistent");
+    assert_eq!(consistent["address"], json!(good));
+
+    // Every namespace is the default; -A says so explicitly; -n keeps one.
+    let all = run_audit(&world, &["-A", "-o", "yaml"]).await;
+    assert_eq!(names(&parsed(&all, "yaml")), names(&json));
+    for flag in ["-n", "--namespace"] {
+        let one = run_audit(&world, &[flag, "elsewhere", "-o", "json"]).await;
+        assert_eq!(one.status.code(), Some(0));
+        assert_eq!(names(&parsed(&one, "json")), ["elsewhere/hand-set"]);
+    }
+
+    let table = run_audit(&world, &["-n", "egress"]).await;
+    let text = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one row:\n{text}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["SHARD", "ADDRESS", "HOLDER", "VERDICT", "DETAIL"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        row[..4],
+        [
+            "egress/consistent",
+            good.as_str(),
+            "IPClaim/c-good",
+            "consistent"
+        ]
+    );
+    world.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_exits_0_consistent_1_inconsistent_2_unable_to_run() {
+    let (world, _) = with_a_consistent_shard().await;
+    let cell = world.lp().cell();
+    assert_eq!(run_audit(&world, &[]).await.status.code(), Some(0));
+
+    cell.apply_object(shard(
+        "lost",
+        "2001:db8:ffff::2",
+        Some(("IPClaim", "c-gone")),
+    ))
+    .unwrap();
+    let found = run_audit(&world, &[]).await;
+    assert_eq!(found.status.code(), Some(1), "a finding is 1");
+    assert!(found.stderr.is_empty(), "a finding is not an error");
+
+    // Could not run: a bad flag, a kubeconfig that is not there or not one, a cell that does not
+    // answer. Each is 2, with the reason on stderr and nothing on stdout.
+    let dir = world.dir();
+    let malformed = dir.join("malformed.kubeconfig");
+    std::fs::write(&malformed, "clusters: [this is: not a kubeconfig\n").unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let nowhere = dir.join("nowhere.kubeconfig");
+    let text = std::fs::read_to_string(world.cell_kubeconfig()).unwrap();
+    std::fs::write(
+        &nowhere,
+        text.replace(&world.lp().base_url(), &format!("http://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let missing = dir.join("no-such.kubeconfig");
+    let cases: [(&str, Vec<String>, &str); 5] = [
+        (
+            "a bad output format",
+            vec!["-o".into(), "xml".into()],
+            "xml",
+        ),
+        (
+            "-n with -A",
+            vec!["-n".into(), "egress".into(), "-A".into()],
+            "cannot be used with",
+        ),
+        (
+            "a missing cell kubeconfig",
+            vec!["--cell-kubeconfig".into(), missing.display().to_string()],
+            "no-such.kubeconfig",
+        ),
+        (
+            "a malformed cell kubeconfig",
+            vec!["--cell-kubeconfig".into(), malformed.display().to_string()],
+            "malformed.kubeconfig",
+        ),
+        (
+            "an unreachable cell",
+            vec!["--cell-kubeconfig".into(), nowhere.display().to_string()],
+            "listing EgressShards",
+        ),
+    ];
+    for (what, args, says) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run_audit(&world, &args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(says), "{what}: {stderr}");
+        assert!(out.stdout.is_empty(), "{what}: no findings are printed");
+    }
+    world.shutdown().await;
 }

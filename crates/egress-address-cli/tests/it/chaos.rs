@@ -3,10 +3,13 @@
 //! invariants, never timings. Needs the `egress-address-controller` binary of the same profile
 //! (built by `cargo test --workspace`, or `cargo build -p egress-address`).
 
-use egress_address_cli::bench::chaos;
+use egress_address_cli::chaos;
+
+use crate::common::one_fleet_at_a_time;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_invariants_hold_under_faults_kills_and_churn() {
+    let _turn = one_fleet_at_a_time().await;
     let report = chaos::run(&chaos::ci_options(7))
         .await
         .expect("the chaos run completes");

@@ -4,9 +4,13 @@ use std::collections::BTreeSet;
 use std::net::Ipv6Addr;
 use std::process::Command;
 
+use crate::common::{BIN, one_fleet_at_a_time_blocking};
+
 #[test]
 fn demo_once_addresses_every_shard_and_prints_the_table() {
-    let out = Command::new(env!("CARGO_BIN_EXE_egress-address"))
+    let _turn = one_fleet_at_a_time_blocking();
+    // Piped, as in CI: stdout is not a terminal.
+    let out = Command::new(BIN)
         .args(["demo", "--once", "--shards", "6", "--timeout", "60s"])
         .output()
         .expect("the demo starts");
@@ -45,11 +49,17 @@ fn demo_once_addresses_every_shard_and_prints_the_table() {
     }
     assert_eq!(addresses.len(), 6, "no address twice");
     assert!(stdout.contains("SHARD") && stdout.contains("TIME TO ADDRESS"));
+    // No progress bar redrawn into a pipe: a CI log gets lines, not carriage returns.
+    assert!(
+        !stdout.contains('\r'),
+        "progress redrawn into a pipe:\n{stdout:?}"
+    );
+    assert!(stdout.contains("6 of 6 shards addressed"), "{stdout}");
 }
 
 #[test]
 fn demo_rejects_a_bad_duration() {
-    let out = Command::new(env!("CARGO_BIN_EXE_egress-address"))
+    let out = Command::new(BIN)
         .args(["demo", "--once", "--timeout", "soon"])
         .output()
         .unwrap();

@@ -6,7 +6,7 @@
 //! each names a runbook section that exists. The Dockerfile names files that exist, and the
 //! binary it builds is static and starts in an empty root.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
@@ -235,28 +235,11 @@ fn the_cell_install_is_what_an_operator_expects() {
         sc.capabilities.as_ref().unwrap().drop.as_deref(),
         Some(&["ALL".to_string()][..])
     );
-    assert_eq!(
-        c.liveness_probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap()
-            .path
-            .as_deref(),
-        Some("/live")
-    );
-    assert_eq!(
-        c.readiness_probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap()
-            .path
-            .as_deref(),
-        Some("/ready")
-    );
+    let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe.as_ref()?.http_get.as_ref()?.path.clone()
+    };
+    assert_eq!(path(&c.liveness_probe).as_deref(), Some("/live"));
+    assert_eq!(path(&c.readiness_probe).as_deref(), Some("/ready"));
 
     let env = |name: &str| {
         c.env
@@ -350,45 +333,9 @@ fn the_milo_grant_is_in_no_kustomization_and_allows_only_what_is_called() {
 
 const CELL_NAMESPACE: &str = "egress-address-system";
 
-/// The text of a `## ` section of docs/operations.md, up to the next `## `.
-fn runbook_section(heading: &str) -> String {
-    let text = std::fs::read_to_string(common::root().join("docs/operations.md")).unwrap();
-    let start = text
-        .find(&format!("\n## {heading}\n"))
-        .unwrap_or_else(|| panic!("docs/operations.md has no section \"## {heading}\""));
-    let body = &text[start + 1..];
-    let end = body[3..].find("\n## ").map_or(body.len(), |i| i + 4);
-    body[..end].to_string()
-}
-
-/// The fenced blocks of `lang` in `text`, each with the fence's own indentation taken off (the
-/// runbook's blocks sit inside numbered list items), and the line each starts on.
-fn fenced_blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
-    let mut blocks = vec![];
-    let mut open: Option<(usize, usize, String)> = None;
-    for (n, line) in text.lines().enumerate() {
-        let indent = line.len() - line.trim_start().len();
-        let trimmed = line.trim_start();
-        match &mut open {
-            None if trimmed == format!("```{lang}") => open = Some((n, indent, String::new())),
-            Some((start, _, body)) if trimmed == "```" => {
-                blocks.push((*start, std::mem::take(body)));
-                open = None;
-            }
-            Some((_, fence_indent, body)) => {
-                body.push_str(line.get(*fence_indent..).unwrap_or("").trim_end());
-                body.push('\n');
-            }
-            None => {}
-        }
-    }
-    assert!(open.is_none(), "an unclosed ```{lang} block");
-    blocks
-}
-
 /// The runbook's overlay of step 5 and the components snippet of step 6.
 fn documented_overlay() -> (String, String) {
-    let yaml = fenced_blocks(&runbook_section("Install"), "yaml");
+    let yaml = common::fenced_blocks(&common::runbook_section("Install"), "yaml");
     let only = |what: &str, is: &dyn Fn(&str) -> bool| {
         let found: Vec<&String> = yaml.iter().map(|(_, b)| b).filter(|b| is(b)).collect();
         assert_eq!(found.len(), 1, "one documented {what}: {found:?}");
@@ -559,7 +506,7 @@ fn the_runbook_creates_the_namespace_before_the_secret_that_goes_into_it() {
     let Some(kubectl) = common::kubectl() else {
         return;
     };
-    let install = runbook_section("Install");
+    let install = common::runbook_section("Install");
     let line_of = |needle: &str| {
         install
             .lines()
@@ -1027,7 +974,7 @@ fn the_service_monitor_scrapes_the_metrics_port_of_the_controller() {
 /// The `###` headings of docs/operations.md's "Alerts" section, as the anchors a renderer makes
 /// of them (lower case; spaces to hyphens; other punctuation dropped).
 fn runbook_alert_anchors() -> BTreeMap<String, String> {
-    runbook_section("Alerts")
+    common::runbook_section("Alerts")
         .lines()
         .filter_map(|l| l.strip_prefix("### "))
         .map(|h| {

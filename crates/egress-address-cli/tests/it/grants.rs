@@ -3,18 +3,19 @@
 //! adopts and releases shards without a single 403; and with any one verb removed from any rule,
 //! the controller is refused that verb (so every verb is needed).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use egress_address::{Controller, LeaderElection, Metrics, Settings};
-use egress_address_cli::bench::harness::{allocations_key, claims_key, shards_key};
-use localplane::{Identity, LocalPlane};
+use egress_address_cli::fleet;
+use localplane::Identity;
+use localplane::testing::{
+    CLAIM_NAMESPACE as CLAIM_NS, PLATFORM_PROJECT as PROJECT, SHARD_NAMESPACE as SHARD_NS,
+    allocations_key, claims_key, shard_object, shards_key,
+};
 use serde_json::{Value, json};
 
-const PROJECT: &str = "platform";
-const CLAIM_NS: &str = "default";
-const SHARD_NS: &str = "egress";
+use crate::common::{self, one_fleet_at_a_time};
+
 const CONTROLLER_NS: &str = "egress-address-system";
 const SA_USER: &str = "system:serviceaccount:egress-address-system:egress-address-controller";
 const MILO_USER: &str = "system:egress-address@cloud.datumapis.com";
@@ -110,62 +111,32 @@ fn ipam_claim(name: &str, shard: &str, reclaim: &str) -> Value {
     })
 }
 
-fn shard(name: &str) -> Value {
-    json!({"apiVersion": "network.datumapis.com/v1alpha1", "kind": "EgressShard",
-           "metadata": {"name": name, "namespace": SHARD_NS},
-           "spec": {"targetRef": {"kind": "Node", "name": format!("node-{name}")}}})
-}
-
 /// Runs the controller with `grants` until the scenario completes or `stop` says so.
-async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) -> Outcome {
-    let lp = LocalPlane::builder()
-        .crd_dir(common::root().join("config/crd"))
-        .ipam(PROJECT)
-        .project(PROJECT)
-        .project_namespace(CLAIM_NS)
+/// `stop` looks at the refusals seen so far (one snapshot, the same the outcome reports).
+async fn scenario(grants: &Grants, stop: impl Fn(&[(String, String, String)]) -> bool) -> Outcome {
+    let mut world = fleet::world()
         .namespace(CONTROLLER_NS)
-        .namespace(SHARD_NS)
-        .identity(Identity::admin("admin", "admin-token"))
-        .identity(Identity::user("controller", "sa-token", SA_USER))
+        .identity(Identity::user("cell-sa", "sa-token", SA_USER))
         .identity(Identity::user("milo", "milo-token", MILO_USER))
-        .rbac(true)
-        .build()
-        .unwrap();
-    let cell = lp.cell();
-    let platform = lp.project(PROJECT).unwrap();
-    let cell_id = common::kube_system_uid(&cell);
-    let claim_name =
-        |shard: &str| egress_address::ipam::naming::claim_name(&cell_id, SHARD_NS, shard);
+        .rbac(true);
     for d in &grants.cell {
-        cell.apply_object(d.clone()).unwrap();
+        world = world.object("cell", d.clone());
     }
     for d in &grants.milo {
-        platform.apply_object(d.clone()).unwrap();
+        world = world.object(PROJECT, d.clone());
     }
-    for mut d in common::documents("config/ipam/egress-shard-ipv6.yaml") {
-        if d["kind"] == "IPPool" {
-            d["spec"]["cidr"] = json!("2001:db8::/40");
-        }
-        platform.apply_object(d).unwrap();
-    }
+    let world = world.start().await.unwrap();
+    let running = world.lp();
+    let platform = running.project(PROJECT).unwrap();
+    let cell_id = running.cell_uid();
+    let claim_name =
+        |shard: &str| egress_address::ipam::naming::claim_name(&cell_id, SHARD_NS, shard);
     // An address an earlier claim of the same name retained: the controller must adopt it.
     let adopt_claim = claim_name("s-adopt");
-    platform
-        .apply_object(ipam_claim(&adopt_claim, "s-adopt", "Retain"))
-        .unwrap();
-    let running = lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let admin_ipam = running.http_client(PROJECT, "admin").unwrap();
-    let claims: kube::Api<egress_api::ipam::IPClaim> = kube::Api::namespaced(admin_ipam, CLAIM_NS);
-    claims
-        .delete(&adopt_claim, &Default::default())
-        .await
-        .unwrap();
+    let earlier = serde_json::from_value(ipam_claim(&adopt_claim, "s-adopt", "Retain")).unwrap();
+    world.retain_address(&earlier).await;
     assert_eq!(
-        running
-            .project(PROJECT)
-            .unwrap()
-            .objects(&allocations_key(), Some(CLAIM_NS))
-            .len(),
+        platform.objects(&allocations_key(), Some(CLAIM_NS)).len(),
         1,
         "retained"
     );
@@ -174,18 +145,17 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
     let mut foreign = ipam_claim(&collide_claim, "someone-else", "Delete");
     foreign["metadata"]["annotations"]["cloud.datumapis.com/egress-shard-namespace"] =
         json!("elsewhere");
-    running
-        .project(PROJECT)
-        .unwrap()
-        .apply_object(foreign)
-        .unwrap();
+    platform.apply_object(foreign).unwrap();
     for name in ["s-new", "s-gone", "s-adopt", "s-collide"] {
-        running.cell().apply_object(shard(name)).unwrap();
+        running
+            .cell()
+            .apply_object(shard_object(SHARD_NS, name))
+            .unwrap();
     }
-    running.metrics().reset();
+    world.reset_counters();
 
-    let cell_client = running.http_client("cell", "controller").unwrap();
-    let ipam_kubeconfig = running.kubeconfig_path(PROJECT, "milo").unwrap();
+    let cell_client = world.client("cell", "cell-sa");
+    let ipam_kubeconfig = world.kubeconfig(PROJECT, "milo");
     let ipam = egress_address::ipam_client(&ipam_kubeconfig, PROJECT)
         .await
         .unwrap();
@@ -231,9 +201,11 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
         let adopted = shard_of("s-adopt")
             .is_some_and(|s| s["spec"]["shardAddressIPv6ClaimRef"]["kind"] == "IPAllocation");
         if addressed && !deleted {
-            let shards: kube::Api<egress_api::shard::EgressShard> =
-                kube::Api::namespaced(running.http_client("cell", "admin").unwrap(), SHARD_NS);
-            shards.delete("s-gone", &Default::default()).await.unwrap();
+            world
+                .shards()
+                .delete("s-gone", &Default::default())
+                .await
+                .unwrap();
             deleted = true;
         }
         let gone_claim = claim_name("s-gone");
@@ -270,14 +242,14 @@ async fn scenario(grants: &Grants, stop: impl Fn(&localplane::Metrics) -> bool) 
         if Instant::now() > deadline {
             eprintln!("scenario timed out; requests: {:#?}", m.snapshot());
         }
-        if o.complete() || stop(m) || Instant::now() > deadline {
+        if o.complete() || stop(&o.forbidden) || Instant::now() > deadline {
             break o;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let _ = tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
-    running.shutdown().await;
+    world.shutdown().await;
     outcome
 }
 
@@ -290,6 +262,7 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
     let Some(kubectl) = common::kubectl() else {
         return;
     };
+    let _turn = one_fleet_at_a_time().await;
     let grants = Grants::load(&kubectl);
     assert_eq!(
         grants.cell.len(),
@@ -327,8 +300,10 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
     for verb in &verbs {
         let resource = grants.resource(verb);
         let reduced = grants.without(verb);
-        let refused = |m: &localplane::Metrics| {
-            m.count(|k| k.verb == verb.3 && k.resource == resource && k.code == 403) > 0
+        let refused = |forbidden: &[(String, String, String)]| {
+            forbidden
+                .iter()
+                .any(|(_, v, r)| *v == verb.3 && *r == resource)
         };
         let o = scenario(&reduced, refused).await;
         assert!(

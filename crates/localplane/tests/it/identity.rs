@@ -1,0 +1,294 @@
+//! Who a request acts as: impersonation under RBAC, and the reviews that answer access
+//! questions, over raw HTTP (kubectl drives the same paths in `kubectl.rs`).
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+async fn send(
+    lp: &localplane::Running,
+    token: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> (u16, Value) {
+    let mut h = vec![("content-type", "application/json")];
+    h.extend_from_slice(headers);
+    let (code, _, text) = raw(
+        method,
+        &format!("{}{path}", lp.base_url()),
+        Some(token),
+        &h,
+        &if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        },
+    )
+    .await;
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Lets the plain user read leases in ns1, and grants what `extra` names cluster-wide.
+async fn grant(lp: &localplane::Running, extra: Value) {
+    for (path, obj) in [
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/ns1/roles",
+            json!({
+            "metadata": {"name": "lease-reader"},
+            "rules": [{"verbs": ["get", "list"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}]}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/ns1/rolebindings",
+            json!({
+            "metadata": {"name": "lease-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease-reader"},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": USER_NAME}]}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            json!({
+            "metadata": {"name": "extra"}, "rules": extra}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            json!({
+            "metadata": {"name": "extra"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "extra"},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": USER_NAME}]}),
+        ),
+    ] {
+        let (code, s) = send(lp, ADMIN_TOKEN, "POST", path, &[], obj).await;
+        assert_eq!(code, 201, "{s}");
+    }
+}
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/ns1/leases";
+
+#[tokio::test]
+async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_user() {
+    let lp = serve(builder().rbac(true)).await;
+    grant(&lp, json!([])).await;
+    // The user may read leases itself, but may not act as anyone else.
+    let (code, _) = send(&lp, USER_TOKEN, "GET", LEASES, &[], Value::Null).await;
+    assert_eq!(code, 200);
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "GET",
+        LEASES,
+        &[("impersonate-user", "bob")],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+    assert_eq!(
+        s["message"],
+        format!(
+            r#"users "bob" is forbidden: User "{USER_NAME}" cannot impersonate resource "users" in API group "" at the cluster scope"#
+        )
+    );
+    assert_eq!(s["details"], json!({"name": "bob", "kind": "users"}));
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "GET",
+        LEASES,
+        &[("impersonate-user", "system:serviceaccount:ns1:robot")],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+    assert_eq!(
+        s["message"],
+        format!(
+            r#"serviceaccounts "robot" is forbidden: User "{USER_NAME}" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "ns1""#
+        )
+    );
+    // A group without a user is malformed, whoever asks.
+    let (code, s) = send(
+        &lp,
+        ADMIN_TOKEN,
+        "GET",
+        LEASES,
+        &[("impersonate-group", "team")],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 400, "{s}");
+    assert_eq!(
+        s["message"],
+        "requested [{Group  team    }] without impersonating a user"
+    );
+
+    // An admin acts as the user, and gets exactly the user's access.
+    let (code, _) = send(
+        &lp,
+        ADMIN_TOKEN,
+        "GET",
+        LEASES,
+        &[("impersonate-user", USER_NAME)],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, s) = send(
+        &lp,
+        ADMIN_TOKEN,
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        &[("impersonate-user", USER_NAME)],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+    assert_eq!(
+        s["message"],
+        format!(
+            r#"leases.coordination.k8s.io is forbidden: User "{USER_NAME}" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "default""#
+        )
+    );
+    // Impersonating a group the grant names gives that group's access (and system:masters, all).
+    let (code, _) = send(
+        &lp,
+        ADMIN_TOKEN,
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        &[
+            ("impersonate-user", "carol"),
+            ("impersonate-group", "system:masters"),
+        ],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200);
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_user_granted_impersonate_acts_as_whom_the_grant_names() {
+    let lp = serve(builder().rbac(true)).await;
+    grant(&lp, json!([{"verbs": ["impersonate"], "apiGroups": [""], "resources": ["users"], "resourceNames": ["bob"]}])).await;
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &[("impersonate-user", "bob")],
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(
+        s["status"]["userInfo"],
+        json!({"username": "bob", "groups": ["system:authenticated"]})
+    );
+    // bob has no grant of his own: the user acting as bob cannot read what the user could.
+    let (code, _) = send(
+        &lp,
+        USER_TOKEN,
+        "GET",
+        LEASES,
+        &[("impersonate-user", "bob")],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 403);
+    let (code, _) = send(
+        &lp,
+        USER_TOKEN,
+        "GET",
+        LEASES,
+        &[("impersonate-user", "eve")],
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 403);
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn access_reviews_answer_from_the_stored_rbac() {
+    let lp = serve(builder().rbac(true)).await;
+    grant(&lp, json!([{"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"]},
+                      {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/metrics/*"]}])).await;
+    let ssar = |ns: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": ns, "verb": "list", "group": "coordination.k8s.io", "resource": "leases"}}})
+    };
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let (code, s) = send(&lp, USER_TOKEN, "POST", path, &[], ssar("ns1")).await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["kind"], "SelfSubjectAccessReview");
+    assert_eq!(
+        s["status"],
+        json!({"allowed": true, "reason": format!(r#"RBAC: allowed by RoleBinding "lease-reader/ns1" of Role "lease-reader" to User "{USER_NAME}""#)})
+    );
+    let (_, s) = send(&lp, USER_TOKEN, "POST", path, &[], ssar("default")).await;
+    assert_eq!(s["status"], json!({"allowed": false}));
+    let nonres = |p: &str| json!({"spec": {"nonResourceAttributes": {"path": p, "verb": "get"}}});
+    let (_, s) = send(&lp, USER_TOKEN, "POST", path, &[], nonres("/metrics/cell")).await;
+    assert_eq!(s["status"]["allowed"], true, "{s}");
+    let (_, s) = send(&lp, USER_TOKEN, "POST", path, &[], nonres("/version")).await;
+    assert_eq!(s["status"]["allowed"], false, "{s}");
+    let (code, s) = send(&lp, USER_TOKEN, "POST", path, &[], json!({"spec": {}})).await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(
+        s["message"],
+        r#"SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: "null": exactly one of nonResourceAttributes or resourceAttributes must be specified"#
+    );
+
+    // About someone else: needs the grant (the user has it; nobody else does).
+    let sar = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": "bob", "groups": ["team"], "resourceAttributes": {"namespace": "ns1", "verb": "get", "group": "coordination.k8s.io", "resource": "leases"}}});
+    let sar_path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (code, s) = send(&lp, USER_TOKEN, "POST", sar_path, &[], sar.clone()).await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["status"], json!({"allowed": false}));
+    let mut as_user = sar.clone();
+    as_user["spec"]["user"] = json!(USER_NAME);
+    let (_, s) = send(&lp, USER_TOKEN, "POST", sar_path, &[], as_user).await;
+    assert_eq!(s["status"]["allowed"], true);
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        sar_path,
+        &[("impersonate-user", USER_NAME), ("impersonate-group", "x")],
+        sar.clone(),
+    )
+    .await;
+    assert_eq!(code, 403, "impersonating needs its own grant: {s}");
+
+    // The rules the user holds in a namespace.
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        &[],
+        json!({"spec": {"namespace": "ns1"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    let rules = s["status"]["resourceRules"].as_array().unwrap();
+    assert!(rules.contains(&json!({"verbs": ["get", "list"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]})), "{s}");
+    assert!(rules.contains(&json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"]})), "{s}");
+    // ...and what every authenticated user may do (bootstrap policy's system:basic-user).
+    let basic = json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]});
+    assert!(rules.contains(&basic), "{s}");
+    assert_eq!(
+        s["status"]["nonResourceRules"],
+        json!([{"verbs": ["get"], "nonResourceURLs": ["/healthz", "/metrics/*"]}])
+    );
+    assert_eq!(s["status"]["incomplete"], false);
+
+    // Reviews are asked, never stored or listed.
+    let (code, _) = send(&lp, ADMIN_TOKEN, "GET", path, &[], Value::Null).await;
+    assert_eq!(code, 405);
+    lp.shutdown().await;
+}
