@@ -9,6 +9,23 @@ pub const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
 /// The name events are reported under.
 pub const CONTROLLER_NAME: &str = "egress-address-controller";
 
+/// The field manager every write names, so the server's managedFields say which fields this
+/// controller set.
+pub fn write_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        dry_run: false,
+        field_manager: Some(CONTROLLER_NAME.to_string()),
+    }
+}
+
+/// [`write_params`] for patches.
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(CONTROLLER_NAME.to_string()),
+        ..Default::default()
+    }
+}
+
 /// Leader election on a `coordination.k8s.io/v1` Lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderElection {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use egress_api::ipam::{IPAllocation, IPClaim, project_control_plane_path};
 use http::Uri;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
@@ -16,6 +16,7 @@ use super::breaker::{Admit, Breaker};
 use crate::Error;
 use crate::config::connection::{self, Endpoint, Follower, MAX_IPAM_ANSWER, RequestObserver};
 use crate::config::kubeconfig::{self, Transport};
+use crate::config::settings::write_params;
 use crate::kube_status::{
     is_conflict, is_not_found, is_unauthorized, status_code, transport_cause,
 };
@@ -245,7 +246,7 @@ impl Ipam {
         self.timed(
             "create",
             "ipclaims",
-            api.create(&PostParams::default(), claim),
+            api.create(&write_params(), claim),
             201,
         )
         .await

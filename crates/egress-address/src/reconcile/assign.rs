@@ -1,11 +1,11 @@
 //! Giving an unaddressed shard its address: claim, check, then one conditional update.
 
 use egress_api::shard::EgressShard;
-use kube::api::PostParams;
 use tracing::{error, info, warn};
 
 use super::{Context, Next, Note, reason};
 use crate::Error;
+use crate::config::settings::write_params;
 use crate::ipam::claim::{ClaimError, ClaimFailure, claim};
 use crate::ipam::holding::{HolderKind, Holding};
 use crate::ipam::spec::ClaimRequest;
@@ -59,7 +59,7 @@ pub(super) async fn claim_and_assign(
     let written = ctx
         .timed(
             ctx.shards(&key.namespace)
-                .replace(&key.name, &PostParams::default(), &updated),
+                .replace(&key.name, &write_params(), &updated),
         )
         .await
         .map(|_| ());

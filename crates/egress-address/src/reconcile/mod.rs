@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use egress_api::shard::EgressShard;
-use kube::api::PostParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tracing::{debug, error, info};
 
 use crate::Error;
 use crate::config::Settings;
+use crate::config::settings::write_params;
 use crate::ipam::Ipam;
 use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
 use crate::metrics::Metrics;
@@ -182,7 +182,7 @@ async fn reconcile_key(
             ctx.may_write()?;
             ctx.timed(ctx.shards(&key.namespace).replace(
                 &key.name,
-                &PostParams::default(),
+                &write_params(),
                 &mark_served(&shard),
             ))
             .await

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -24,6 +24,7 @@ use tracing::warn;
 use super::activity::Activity;
 use super::leader::LeaderToken;
 use crate::config::settings::CONTROLLER_NAME;
+use crate::config::settings::{patch_params, write_params};
 use crate::metrics::Metrics;
 use crate::reconcile::{Note, reason};
 use crate::shard::ShardMemory;
@@ -275,7 +276,7 @@ impl Notifier {
                 });
                 let sent = tokio::time::timeout(
                     PUBLISH_TIMEOUT,
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+                    api.patch(&name, &patch_params(), &Patch::Merge(&patch)),
                 )
                 .await
                 .map(|r| r.map(|_| ()));
@@ -284,12 +285,10 @@ impl Notifier {
             None => {
                 let event = self.render(note);
                 let name = event.metadata.name.clone().unwrap_or_default();
-                let sent = tokio::time::timeout(
-                    PUBLISH_TIMEOUT,
-                    api.create(&PostParams::default(), &event),
-                )
-                .await
-                .map(|r| r.map(|_| ()));
+                let sent =
+                    tokio::time::timeout(PUBLISH_TIMEOUT, api.create(&write_params(), &event))
+                        .await
+                        .map(|r| r.map(|_| ()));
                 (name, 1, sent)
             }
         };

@@ -19,7 +19,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,7 @@ use tracing::{info, warn};
 
 use crate::Error;
 use crate::config::LeaderElection;
+use crate::config::settings::write_params;
 use crate::kube_status::{is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::reconcile::WriteGate;
@@ -239,7 +240,7 @@ impl Elector {
             let spec = ours.spec.get_or_insert_with(LeaseSpec::default);
             spec.renew_time = Some(now.clone());
             spec.lease_duration_seconds = Some(self.duration_secs());
-            return match self.api.replace(&name, &PostParams::default(), &ours).await {
+            return match self.api.replace(&name, &write_params(), &ours).await {
                 Ok(renewed) => {
                     self.held = Some(renewed);
                     Ok(true)
@@ -267,7 +268,7 @@ impl Elector {
                     }),
                 };
                 self.stamp_watermark(&mut lease);
-                return match self.api.create(&PostParams::default(), &lease).await {
+                return match self.api.create(&write_params(), &lease).await {
                     Ok(created) => {
                         self.held = Some(created);
                         Ok(true)
@@ -322,7 +323,7 @@ impl Elector {
             next_spec.lease_duration_seconds = Some(self.duration_secs());
             next_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
-        match self.api.replace(&name, &PostParams::default(), &next).await {
+        match self.api.replace(&name, &write_params(), &next).await {
             Ok(written) => {
                 self.held = Some(written);
                 Ok(true)
@@ -355,7 +356,7 @@ impl Elector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
-        match self.api.replace(name, &PostParams::default(), &next).await {
+        match self.api.replace(name, &write_params(), &next).await {
             Ok(_) => Ok(()),
             // Someone else wrote it first, so it is no longer ours to release.
             Err(e) if is_conflict(&e) => Ok(()),

@@ -57,6 +57,24 @@ async fn a_new_shard_costs_exactly_two_requests() {
         })
     );
     assert_eq!(label(&shard).as_deref(), Some("true"));
+    // The server's field ownership says the controller set the address, and the creator's entry
+    // survived the update (the controller's cache keeps no managedFields, and an update without
+    // them leaves the server's record as it is).
+    let managed = shard.metadata.managed_fields.clone().unwrap_or_default();
+    let ours = managed
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("egress-address-controller"))
+        .unwrap_or_else(|| panic!("no entry of the controller in {managed:#?}"));
+    assert!(
+        serde_json::to_string(&ours.fields_v1)
+            .unwrap()
+            .contains("f:shardAddressIPv6"),
+        "{ours:#?}"
+    );
+    assert!(
+        managed.len() >= 2,
+        "the creator's entry was lost: {managed:#?}"
+    );
     let annotations = claim.metadata.annotations.unwrap();
     assert_eq!(annotations[ANNOTATION_SHARD_NAMESPACE], SHARD_NS);
     assert_eq!(annotations[ANNOTATION_SHARD_NAME], "worker-1");
