@@ -1,8 +1,11 @@
-//! What structured-merge-diff needs to know about a kind: which maps are granular or atomic,
-//! which lists are atomic, sets or maps keyed by some fields, and which struct fields are
-//! declared. A custom resource answers from its CRD's OpenAPI schema; ObjectMeta and the built-in
-//! kinds answer from the markers of their Go types, written down here as the same annotations a
-//! CRD would carry. Anything not described is "deduced": maps granular, lists atomic.
+//! What structured-merge-diff and strategic merge patch need to know about a kind: which maps
+//! are granular or atomic, which lists are atomic, sets or maps keyed by some fields, which
+//! struct fields are declared, and how a strategic merge patch merges a field (its Go type's
+//! `patchStrategy` and `patchMergeKey`). A custom resource answers from its CRD's OpenAPI schema;
+//! ObjectMeta and the built-in kinds answer from the markers of their Go types, written down here
+//! as the annotations the apiserver's OpenAPI carries for them (`x-kubernetes-list-type`,
+//! `x-kubernetes-patch-strategy`, ...). Anything not described is "deduced": maps granular, lists
+//! atomic (and, to a strategic merge patch, maps merged, lists replaced).
 
 use std::sync::OnceLock;
 
@@ -150,6 +153,22 @@ impl<'s> Ty<'s> {
         self.node()?.get("properties")?.get(key)?.get("default")
     }
 
+    /// How a strategic merge patch merges this field: `merge` or `replace` (its Go tag's
+    /// `patchStrategy` less `retainKeys`, which only tells clients to send `$retainKeys`), or
+    /// `None` when the tag names neither.
+    pub fn patch_strategy(self) -> Option<&'s str> {
+        self.node()?
+            .get("x-kubernetes-patch-strategy")?
+            .as_str()?
+            .split(',')
+            .find(|s| *s != "retainKeys")
+    }
+
+    /// The field a strategic merge patch matches this list's items by (`patchMergeKey`).
+    pub fn patch_merge_key(self) -> Option<&'s str> {
+        self.node()?.get("x-kubernetes-patch-merge-key")?.as_str()
+    }
+
     pub fn expects(self) -> Expect {
         let Some(s) = self.node() else {
             return Expect::Any;
@@ -247,6 +266,21 @@ fn list_map(keys: &[&str], item: Value) -> Value {
     json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": keys, "items": item})
 }
 
+/// A field whose Go tag says `patchStrategy:"<strategy>"`.
+fn patched(strategy: &str, mut node: Value) -> Value {
+    node["x-kubernetes-patch-strategy"] = json!(strategy);
+    node
+}
+
+/// A list a strategic merge patch merges item by item, matching them by `key`
+/// (`patchStrategy:"merge" patchMergeKey:"<key>"`). The key may differ from the list-map keys
+/// server-side apply uses: a container's ports merge by `containerPort` alone.
+fn merged_by(key: &str, node: Value) -> Value {
+    let mut node = patched("merge", node);
+    node["x-kubernetes-patch-merge-key"] = json!(key);
+    node
+}
+
 /// ObjectMeta as the apiserver types it, for every kind's `metadata` (and a pod template's).
 pub fn object_meta() -> &'static Value {
     static META: OnceLock<Value> = OnceLock::new();
@@ -268,10 +302,10 @@ pub fn object_meta() -> &'static Value {
             .expect("st builds properties");
         props.insert("labels".into(), string_map());
         props.insert("annotations".into(), string_map());
-        props.insert("finalizers".into(), set_list());
+        props.insert("finalizers".into(), patched("merge", set_list()));
         props.insert(
             "ownerReferences".into(),
-            list_map(&["uid"], atomic_struct()),
+            merged_by("uid", list_map(&["uid"], atomic_struct())),
         );
         props.insert("managedFields".into(), atomic_list());
         if let Some(o) = m.as_object_mut() {
@@ -282,7 +316,7 @@ pub fn object_meta() -> &'static Value {
 }
 
 fn conditions() -> Value {
-    list_map(
+    let list = list_map(
         &["type"],
         leaves(&[
             "type",
@@ -293,7 +327,8 @@ fn conditions() -> Value {
             "reason",
             "message",
         ]),
-    )
+    );
+    merged_by("type", list)
 }
 
 fn container() -> Value {
@@ -308,13 +343,22 @@ fn container() -> Value {
         ("command", atomic_list()),
         ("args", atomic_list()),
         ("workingDir", open()),
-        ("ports", list_map(&["containerPort", "protocol"], port)),
+        (
+            "ports",
+            merged_by(
+                "containerPort",
+                list_map(&["containerPort", "protocol"], port),
+            ),
+        ),
         ("envFrom", atomic_list()),
         (
             "env",
-            list_map(
-                &["name"],
-                st(&[("name", open()), ("value", open()), ("valueFrom", open())]),
+            merged_by(
+                "name",
+                list_map(
+                    &["name"],
+                    st(&[("name", open()), ("value", open()), ("valueFrom", open())]),
+                ),
             ),
         ),
         (
@@ -330,22 +374,28 @@ fn container() -> Value {
         ("restartPolicyRules", atomic_list()),
         (
             "volumeMounts",
-            list_map(
-                &["mountPath"],
-                leaves(&[
-                    "name",
-                    "readOnly",
-                    "recursiveReadOnly",
-                    "mountPath",
-                    "subPath",
-                    "mountPropagation",
-                    "subPathExpr",
-                ]),
+            merged_by(
+                "mountPath",
+                list_map(
+                    &["mountPath"],
+                    leaves(&[
+                        "name",
+                        "readOnly",
+                        "recursiveReadOnly",
+                        "mountPath",
+                        "subPath",
+                        "mountPropagation",
+                        "subPathExpr",
+                    ]),
+                ),
             ),
         ),
         (
             "volumeDevices",
-            list_map(&["devicePath"], leaves(&["name", "devicePath"])),
+            merged_by(
+                "devicePath",
+                list_map(&["devicePath"], leaves(&["name", "devicePath"])),
+            ),
         ),
         ("livenessProbe", open()),
         ("readinessProbe", open()),
@@ -362,7 +412,15 @@ fn container() -> Value {
 }
 
 fn pod_spec() -> Value {
-    let named = || list_map(&["name"], atomic_struct());
+    let named = || merged_by("name", list_map(&["name"], atomic_struct()));
+    let containers = || merged_by("name", list_map(&["name"], container()));
+    // `patchStrategy:"merge,retainKeys"`: clients send `$retainKeys` so that a volume changing
+    // its source drops the old one.
+    let retained_by_name = || {
+        let mut l = merged_by("name", list_map(&["name"], open()));
+        l["x-kubernetes-patch-strategy"] = json!("merge,retainKeys");
+        l
+    };
     let mut f: Vec<(&str, Value)> = [
         "restartPolicy",
         "terminationGracePeriodSeconds",
@@ -398,21 +456,27 @@ fn pod_spec() -> Value {
     .map(|n| (*n, open()))
     .collect();
     f.extend([
-        ("volumes", list_map(&["name"], open())),
-        ("initContainers", list_map(&["name"], container())),
-        ("containers", list_map(&["name"], container())),
-        ("ephemeralContainers", list_map(&["name"], container())),
+        ("volumes", retained_by_name()),
+        ("initContainers", containers()),
+        ("containers", containers()),
+        ("ephemeralContainers", containers()),
         ("nodeSelector", atomic_string_map()),
         ("imagePullSecrets", named()),
         ("tolerations", atomic_list()),
-        ("hostAliases", list_map(&["ip"], open())),
+        ("hostAliases", merged_by("ip", list_map(&["ip"], open()))),
         ("readinessGates", atomic_list()),
         (
             "topologySpreadConstraints",
-            list_map(&["topologyKey", "whenUnsatisfiable"], open()),
+            merged_by(
+                "topologyKey",
+                list_map(&["topologyKey", "whenUnsatisfiable"], open()),
+            ),
         ),
-        ("schedulingGates", list_map(&["name"], open())),
-        ("resourceClaims", list_map(&["name"], open())),
+        (
+            "schedulingGates",
+            merged_by("name", list_map(&["name"], open())),
+        ),
+        ("resourceClaims", retained_by_name()),
     ]);
     st(&f)
 }
@@ -430,10 +494,13 @@ fn deployment() -> Value {
                 ),
                 (
                     "strategy",
-                    st(&[
-                        ("type", open()),
-                        ("rollingUpdate", leaves(&["maxUnavailable", "maxSurge"])),
-                    ]),
+                    patched(
+                        "retainKeys",
+                        st(&[
+                            ("type", open()),
+                            ("rollingUpdate", leaves(&["maxUnavailable", "maxSurge"])),
+                        ]),
+                    ),
                 ),
                 ("minReadySeconds", open()),
                 ("revisionHistoryLimit", open()),
@@ -488,7 +555,10 @@ fn service() -> Value {
     .map(|n| (*n, open()))
     .collect();
     spec.extend([
-        ("ports", list_map(&["port", "protocol"], port)),
+        (
+            "ports",
+            merged_by("port", list_map(&["port", "protocol"], port)),
+        ),
         ("selector", atomic_string_map()),
         ("clusterIPs", atomic_list()),
         ("externalIPs", atomic_list()),
@@ -599,7 +669,10 @@ fn builtins() -> &'static [((&'static str, &'static str), Value)] {
             (
                 ("", "ServiceAccount"),
                 st(&[
-                    ("secrets", list_map(&["name"], atomic_struct())),
+                    (
+                        "secrets",
+                        merged_by("name", list_map(&["name"], atomic_struct())),
+                    ),
                     ("imagePullSecrets", atomic_list()),
                     ("automountServiceAccountToken", open()),
                 ]),
