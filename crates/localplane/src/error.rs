@@ -134,6 +134,18 @@ impl ApiError {
         Self::new(403, "Forbidden", message).details(name, group, plural)
     }
 
+    /// What the apiserver answers a strategic merge patch with a list of lists: its patch handler
+    /// wraps the library's error in `NewGenericServerResponse(422, ...)`, which keeps only the
+    /// code's generic message and an empty `details`.
+    pub fn unprocessable_patch() -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        )
+        .details("", "", "")
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }
@@ -142,12 +154,14 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// A body in a media type the endpoint does not take; `accepted` are those it does.
+    pub fn unsupported_media_type(accepted: &[&str]) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
             ),
         )
     }

@@ -83,6 +83,7 @@ enum Body {
     Patched,
 }
 
+/// The patch types. The server takes `Strategic` for built-in kinds only, as the apiserver does.
 #[derive(Debug, Clone)]
 pub(crate) enum PatchKind {
     Json,
@@ -564,11 +565,6 @@ impl Plane {
             apply,
         )?;
         let parse_err = |e: String| ApiError::bad_request(format!("error decoding patch: {e}"));
-        if matches!(kind, PatchKind::Strategic) && def.custom {
-            return Err(ApiError::unsupported_media_type(
-                "application/strategic-merge-patch+json",
-            ));
-        }
         let patch_value: Value = match kind {
             PatchKind::Apply => {
                 let yaml_err =
@@ -634,11 +630,17 @@ impl Plane {
                 json_patch::patch(&mut new, &ops)
                     .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
             }
-            PatchKind::Merge | PatchKind::Strategic => {
+            PatchKind::Merge => {
                 if !patch_value.is_object() {
                     return Err(parse_err("the patch must be a JSON object".into()));
                 }
                 json_patch::merge(&mut new, &patch_value);
+            }
+            PatchKind::Strategic => {
+                let Value::Object(patch) = patch_value else {
+                    return Err(parse_err("the patch must be a JSON object".into()));
+                };
+                new = fields::strategic_merge(def, version, new, patch)?;
             }
         }
         let new_rv = meta::str_at(&new, "/metadata/resourceVersion");

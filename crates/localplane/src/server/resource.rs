@@ -532,13 +532,37 @@ fn update(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     Ok(written(200, updated))
 }
 
+/// The patch types the apiserver takes for a custom resource: no strategic merge, as there is
+/// no Go type to carry patch strategies.
+const CUSTOM_PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/apply-patch+yaml",
+];
+
+/// The patch types it takes for a built-in kind.
+const BUILTIN_PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
+
 fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
+    let custom = call.def.custom;
     let kind = match call.content_type.as_str() {
         "application/json-patch+json" => PatchKind::Json,
         "application/merge-patch+json" => PatchKind::Merge,
-        "application/strategic-merge-patch+json" => PatchKind::Strategic,
+        "application/strategic-merge-patch+json" if !custom => PatchKind::Strategic,
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchKind::Apply,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        _ => {
+            let accepted = if custom {
+                CUSTOM_PATCH_TYPES
+            } else {
+                BUILTIN_PATCH_TYPES
+            };
+            return Err(ApiError::unsupported_media_type(accepted));
+        }
     };
     let (patched, created) = call.plane.patch(
         call.target(),
