@@ -19,10 +19,11 @@
 //!   `reportingComponent`, `source`; `regarding.*`, `reportingController`), so `kubectl describe`
 //!   and `kubectl events` show what a controller publishes through either;
 //! * get/list (label selectors parsed, and refused, as `labels.Parse` does; field selectors;
-//!   `limit`/`continue`), create, PUT, merge/JSON patch, dry runs (answered as the storage layer
-//!   would store, without a resourceVersion on a create, using none up),
-//!   server-side apply with field ownership (below), delete with finalizers and with
-//!   `DeleteOptions.preconditions` (`uid`, `resourceVersion`), and `deletecollection` (below);
+//!   `limit`/`continue`), create, PUT, merge/JSON patch, strategic merge patch of built-in kinds
+//!   (below), dry runs (answered as the storage layer would store, without a resourceVersion on
+//!   a create, using none up), server-side apply with field ownership (below), delete with
+//!   finalizers and with `DeleteOptions.preconditions` (`uid`, `resourceVersion`), and
+//!   `deletecollection` (below);
 //! * server-managed metadata (uid, creationTimestamp, one monotonic resourceVersion per plane,
 //!   generation on spec changes), 409 on stale resourceVersions, status subresource separation,
 //!   unchanged writes as no-ops;
@@ -98,6 +99,28 @@
 //! empty list (or one empty entry) clears them, unreadable ones are ignored, and in an apply
 //! they are refused (400). Metadata-only and Table responses carry them, as the apiserver's do.
 //!
+//! # Strategic merge patch
+//!
+//! A strategic merge patch (`application/strategic-merge-patch+json`, what `kubectl patch`,
+//! `edit`, `set`, `label` and client-side `apply` send for built-in kinds) is applied as
+//! apimachinery's `strategicpatch` applies it on the server, by the `patchStrategy` and
+//! `patchMergeKey` tags of the Go types, kept in the same table as the ownership markers above:
+//! maps merge and `null` deletes a key; a list tagged `merge` merges, objects by their merge key
+//! (a pod template's containers, init containers and volumes by `name`, a container's `env` by
+//! `name`, `ports` by `containerPort`, `volumeMounts` by `mountPath`; a Service's ports by
+//! `port`; `ownerReferences` by `uid`; conditions by `type`), scalars (`finalizers`) as a union;
+//! any other list (`tolerations`, `args`, RBAC rules and subjects) is replaced. The directives
+//! `$patch: replace|delete` (in a map or a list item; `merge` is refused as the library refuses
+//! it), `$retainKeys`, `$deleteFromPrimitiveList/<field>` and `$setElementOrder/<field>` are
+//! honoured, and the merged list ends in the order the library gives it. A malformed directive is
+//! a 400, a list of lists a 422 (in the generic words the apiserver gives it), and what else the
+//! library reports (a list item without its merge key) a 500 in its words, as the apiserver
+//! passes them on. Custom resources take no
+//! strategic merge: 415, `the body of the request was in an unknown format - accepted media
+//! types include: application/json-patch+json, application/merge-patch+json,
+//! application/apply-patch+yaml`. A strategic patch records managedFields as any update does
+//! (operation `Update`).
+//!
 //! # Lists
 //!
 //! `resourceVersion` with `resourceVersionMatch` (`NotOlderThan`, `Exact`, unset: exact for a
@@ -168,8 +191,7 @@
 //!
 //! # Differences from a real apiserver
 //!
-//! No strategic-merge list semantics (strategic merge patches of built-ins are merge patches), no
-//! garbage collection of owner references, no conversion between CRD versions (nor of
+//! No garbage collection of owner references, no conversion between CRD versions (nor of
 //! managedFields sets between versions), no CEL cost limits or validation ratcheting, no
 //! protobuf responses (and protobuf requests only for the kinds above). The ownership markers of
 //! built-in kinds cover the kinds served; a struct they do not list is treated as untyped, and
@@ -211,7 +233,9 @@
 //   plane/      one control plane: mod (registry, hooks), read, write, delete, tally
 //                                                                  -> store, resources, schema,
 //                                                                     selector, meta, fields
-//   fields/     field ownership: managedFields, server-side apply  -> resources, meta, error
+//   fields/     field ownership (managedFields, server-side apply) and strategic merge
+//               patch, over one table of the built-in kinds' field markers
+//                                                                  -> resources, meta, error
 //   rbac, table, openapi, openapi_v2, discovery                    -> store, resources, kinds, meta
 //   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
 //   resources   the kinds a plane serves                           -> kinds, selector, hooks
