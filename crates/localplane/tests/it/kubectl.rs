@@ -1457,3 +1457,90 @@ async fn a_label_selector_watch_shows_an_object_leave_as_last_seen() {
     let _ = watch.kill().await;
     lp.shutdown().await;
 }
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: ns1}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: web:1
+        env: [{name: MODE, value: fast}]
+      - {name: side, image: side:1}
+"#;
+
+/// kubectl's strategic merge patches of a built-in merge lists by key (before, a merge patch
+/// replaced the containers and `set image` lost their env); a custom resource refuses them.
+#[tokio::test]
+async fn strategic_merge_patches_keep_what_they_do_not_name() {
+    let bin = kubectl_or_skip!();
+    let lp = start().await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let f = write(k.home.path(), "web.yaml", WEB);
+    k.ok(&["create", "-f", &f]).await;
+    let containers = async || {
+        let out = k
+            .ok(&["get", "deployment", "web", "-n", "ns1", "-o", "json"])
+            .await;
+        let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+        d["spec"]["template"]["spec"]["containers"].clone()
+    };
+
+    k.ok(&["set", "image", "deployment/web", "web=web:2", "-n", "ns1"])
+        .await;
+    let c = containers().await;
+    assert_eq!(c[0]["image"], "web:2", "{c}");
+    assert_eq!(
+        c[0]["env"],
+        serde_json::json!([{"name": "MODE", "value": "fast"}]),
+        "{c}"
+    );
+    assert_eq!(c[1]["image"], "side:1", "{c}");
+
+    k.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        "ns1",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"side","$patch":"delete"}]}}}}"#,
+    ])
+    .await;
+    let c = containers().await;
+    let names: Vec<&str> = c
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["web"], "{c}");
+    assert_eq!(c[0]["env"][0]["name"], "MODE", "{c}");
+
+    let f = write(k.home.path(), "s.yaml", SHARD);
+    k.ok(&["create", "-f", &f]).await;
+    let (ok, _, err) = k
+        .run(&[
+            "patch",
+            "egressshard",
+            "s1",
+            "-n",
+            "ns1",
+            "--type=strategic",
+            "-p",
+            r#"{"spec":{"drain":true}}"#,
+        ])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains("error: application/strategic-merge-patch+json is not supported by network.datumapis.com/v1alpha1, Kind=EgressShard: the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
+        "{err}"
+    );
+    lp.shutdown().await;
+}
