@@ -314,8 +314,9 @@ impl Observer {
     ///   uid, after the records were read without the claim it references: the shard was live
     ///   throughout, so its claim was deleted while it lived.
     pub fn sample(&mut self, planes: &Planes<'_>) {
-        let records = planes.records();
+        // Taken before the read: a claim missing from it was missing at this moment or later.
         let read_at = Instant::now();
+        let records = planes.records();
         let cells = planes.shards();
         self.sight(&records, read_at);
         let when = format!("at {:.1} s", self.start.elapsed().as_secs_f64());
