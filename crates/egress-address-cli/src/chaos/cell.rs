@@ -17,7 +17,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde::Serialize;
 
-use super::invariants::{NAMESPACE, Sample};
+use super::invariants::{Deletion, NAMESPACE, Sample};
 use crate::fleet::Fleet;
 
 /// The lease the controllers elect their leader with, in the cell's `default` namespace.
@@ -86,7 +86,7 @@ pub struct Cell {
     /// Shard name -> uid of the incarnation the run made and has not deleted.
     pub live: BTreeMap<String, String>,
     /// Shard uid -> when the run deleted it.
-    pub deleted: BTreeMap<String, Instant>,
+    pub deleted: BTreeMap<String, Deletion>,
     ready: HashMap<String, bool>,
     paused: BTreeMap<String, Pause>,
     recreates: Vec<Recreate>,
@@ -100,7 +100,7 @@ pub struct Cell {
 impl Cell {
     /// Cell `label` of `world`, whose controllers claim from `platform` (IPAM's plane: this
     /// world's own, or another cell's).
-    pub fn new(label: &str, world: World, platform: Plane, fleet: Fleet, start: Instant) -> Cell {
+    pub fn new(label: &str, world: World, platform: Plane, fleet: Fleet) -> Cell {
         let id = world.lp().cell_uid();
         world.lp().cell().ensure_namespace(NAMESPACE);
         let api = Api::namespaced(world.cell(), NAMESPACE);
@@ -122,8 +122,8 @@ impl Cell {
             paused: BTreeMap::new(),
             recreates: vec![],
             restart_at: None,
-            next_kill: start,
-            next_pause: start,
+            next_kill: Instant::now(),
+            next_pause: Instant::now(),
             api,
         }
     }
@@ -164,11 +164,11 @@ impl Cell {
         for _ in 0..100 {
             match tokio::time::timeout(Duration::from_secs(3), self.api.delete(name, &dp)).await {
                 Ok(Ok(_)) => {
-                    self.deleted.insert(uid.clone(), Instant::now());
+                    self.note_deleted(&uid);
                     return Ok(uid);
                 }
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
-                    self.deleted.insert(uid.clone(), Instant::now());
+                    self.note_deleted(&uid);
                     return Ok(uid);
                 }
                 Ok(Err(kube::Error::Api(s))) if s.code == 409 && s.reason == "Conflict" => {
@@ -186,7 +186,7 @@ impl Cell {
                             .cell()
                             .object(&shards_key(), Some(NAMESPACE), name);
                     if stored.is_none_or(|s| s["metadata"]["uid"].as_str() != Some(&uid)) {
-                        self.deleted.insert(uid.clone(), Instant::now());
+                        self.note_deleted(&uid);
                         return Ok(uid);
                     }
                 }
@@ -196,6 +196,14 @@ impl Cell {
             "could not delete shard {name} in cell {} in 100 attempts",
             self.label
         )
+    }
+
+    fn note_deleted(&mut self, uid: &str) {
+        let d = Deletion {
+            at: Instant::now(),
+            platform_rv: self.platform.resource_version(),
+        };
+        self.deleted.insert(uid.to_string(), d);
     }
 
     /// Deletes `name` and makes it again after `delay` (at once when zero).
@@ -372,6 +380,12 @@ impl Cell {
             }
         }
         Ok(())
+    }
+
+    /// Whether this cell's leader is stopped right now: kills wait, so that the stop is what
+    /// the other controller has to take over from.
+    pub fn leader_paused(&self) -> bool {
+        self.paused.values().any(|p| p.was_leader)
     }
 
     /// Notes controllers that exited on their own, and samples who could act now: alive, ready,

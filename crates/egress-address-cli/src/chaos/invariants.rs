@@ -116,6 +116,15 @@ fn name_of(o: &Value) -> &str {
     o["metadata"]["name"].as_str().unwrap_or("")
 }
 
+/// The resourceVersion an object was last written at (its creation, for a claim: nothing
+/// updates claims).
+fn rv_of(o: &Value) -> u64 {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn uid_of(o: &Value) -> &str {
     o["metadata"]["uid"].as_str().unwrap_or("")
 }
@@ -284,9 +293,8 @@ pub struct Observer {
     start: Instant,
     /// (cell index, shard uid) -> the record it references.
     held: BTreeMap<(usize, String), Held>,
-    /// Claim uid -> (first seen, the previous read of the records, which did not have it).
-    sightings: HashMap<String, (Instant, Option<Instant>)>,
-    last_read: Option<Instant>,
+    /// Claim uid -> when a sample first saw it.
+    sightings: HashMap<String, Instant>,
     pub results: Sampled,
     /// Findings already reported, so a violation that persists is listed once.
     seen: BTreeSet<String>,
@@ -298,7 +306,6 @@ impl Observer {
             start,
             held: BTreeMap::new(),
             sightings: HashMap::new(),
-            last_read: None,
             results: Sampled::default(),
             seen: BTreeSet::new(),
         }
@@ -382,11 +389,8 @@ impl Observer {
 
     fn sight(&mut self, records: &Records, at: Instant) {
         for c in records.claims.values() {
-            self.sightings
-                .entry(uid_of(c).to_string())
-                .or_insert((at, self.last_read));
+            self.sightings.entry(uid_of(c).to_string()).or_insert(at);
         }
-        self.last_read = Some(at);
     }
 
     /// Checks the claims held by shards seen addressed earlier, then remembers what the shards
@@ -544,13 +548,16 @@ impl Observer {
                 "claim {} for cell {label} {NAMESPACE}/{shard_name} (uid {shard_uid})",
                 name_of(c)
             );
-            let deleted_at = cell.and_then(|i| run.cells[i].deleted.get(shard_uid).copied());
-            let late = deleted_at.is_some_and(|at| {
-                self.sightings
-                    .get(uid_of(c))
-                    .is_some_and(|(first, unseen)| {
-                        unseen.is_some_and(|u| u >= at) && *first <= at + run.late_window
-                    })
+            let deletion = cell.and_then(|i| run.cells[i].deleted.get(shard_uid));
+            let deleted_at = deletion.map(|d| d.at);
+            // The platform plane's resourceVersion orders the claim's creation after the delete;
+            // the time bounds how long after it a request can still have been under way.
+            let late = deletion.is_some_and(|d| {
+                rv_of(c) > d.platform_rv
+                    && self
+                        .sightings
+                        .get(uid_of(c))
+                        .is_some_and(|first| *first <= d.at + run.late_window)
             });
             if late {
                 leftovers.created_after_delete.push(text);
@@ -564,12 +571,21 @@ impl Observer {
     }
 }
 
+/// When the run deleted a shard.
+#[derive(Debug, Clone, Copy)]
+pub struct Deletion {
+    pub at: Instant,
+    /// The platform plane's resourceVersion right after the delete: a claim stored with a
+    /// greater one was created after it.
+    pub platform_rv: u64,
+}
+
 /// What the run itself knows about one cell, for the end of the run.
 pub struct CellFacts<'a> {
     /// Shard name -> uid of every shard the run left live.
     pub live: &'a BTreeMap<String, String>,
     /// Shard uid -> when the run deleted it.
-    pub deleted: &'a BTreeMap<String, Instant>,
+    pub deleted: &'a BTreeMap<String, Deletion>,
     /// Who could act, sampled through the run.
     pub samples: &'a [Sample],
 }
@@ -592,9 +608,10 @@ pub struct Leftovers {
     /// and the grant has no `list` on claims: by design such a claim stays until an operator
     /// deletes it).
     pub unseen_delete: Vec<String>,
-    /// First seen after a read of IPAM that came after the shard's delete, within the late
-    /// window: created by a request sent before the delete was known (a SIGSTOPped process that
-    /// woke, an answer the client gave up on). Nobody is left to release it.
+    /// Created after the shard's delete (by the platform plane's resourceVersion), and seen
+    /// within the late window: by a request under way when the delete came (a SIGSTOPped
+    /// process that woke, a second writer, a controller killed after its create landed) while
+    /// the controller that saw the delete had found no claim to release.
     pub created_after_delete: Vec<String>,
 }
 
@@ -949,7 +966,10 @@ mod tests {
         // appeared only after its shard was gone.
         claim(&a, "owed", &ids[0], "x", "uid-owed", "2001:db8::60/128").await;
         claim(&a, "unseen", &ids[1], "y", "uid-unseen", "2001:db8::61/128").await;
-        let deleted_at = Instant::now();
+        let deleted = Deletion {
+            at: Instant::now(),
+            platform_rv: a.lp().project(PLATFORM_PROJECT).unwrap().resource_version(),
+        };
         obs.sample(&planes(&a, &b, &ids));
         claim(&a, "late", &ids[0], "z", "uid-late", "2001:db8::62/128").await;
         obs.sample(&planes(&a, &b, &ids));
@@ -960,12 +980,12 @@ mod tests {
             ("vanished".to_string(), "uid-vanished".to_string()),
         ]
         .into();
-        let deleted_a: BTreeMap<String, Instant> = [
-            ("uid-owed".to_string(), deleted_at),
-            ("uid-late".to_string(), deleted_at),
+        let deleted_a: BTreeMap<String, Deletion> = [
+            ("uid-owed".to_string(), deleted),
+            ("uid-late".to_string(), deleted),
         ]
         .into();
-        let deleted_b: BTreeMap<String, Instant> = [("uid-unseen".to_string(), deleted_at)].into();
+        let deleted_b: BTreeMap<String, Deletion> = [("uid-unseen".to_string(), deleted)].into();
         let acting =
             |names: &[&str]| -> Vec<Sample> { (0..200).map(|i| at(t0, i * 100, names)).collect() };
         // A controller acted throughout in cell a, none in cell b.

@@ -8,7 +8,7 @@
 //! lease, then woken (SIGCONT) with its requests of a leader that is no more. Shards are made
 //! under the same names in both cells, deleted, and made again under their names, often while
 //! the earlier incarnation's release is still to come or in flight. Half the run elects a leader
-//! per cell, half runs two writers per cell.
+//! per cell, the rest (`--unelected-share`, half by default) runs two writers per cell.
 //!
 //! The invariants ([`invariants`]) are judged at every sample during the run and once more when
 //! the faults have stopped and the controllers have settled. Seeded: the same seed replays the
@@ -50,9 +50,13 @@ pub struct ChaosArgs {
     /// Cells claiming from one IPAM: 2, or 1.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2), env = "CHAOS_CELLS")]
     pub cells: u8,
-    /// Seconds of faults (half with leader election, half without).
+    /// Seconds of faults: first with leader election, then (--unelected-share of them) without.
     #[arg(long, default_value_t = 300, env = "CHAOS_SECONDS")]
     pub seconds: u64,
+    /// Share of the fault time at the end that runs each cell's two controllers without leader
+    /// election, two writers racing (0: election throughout).
+    #[arg(long, default_value_t = 0.5, env = "CHAOS_UNELECTED_SHARE")]
+    pub unelected_share: f64,
     /// Seconds allowed for settling once the faults stop.
     #[arg(long, default_value_t = 120, env = "CHAOS_SETTLE_SECONDS")]
     pub settle_seconds: u64,
@@ -61,7 +65,8 @@ pub struct ChaosArgs {
     pub concurrency: usize,
     #[command(flatten)]
     pub faults: FaultArgs,
-    /// SIGKILLs per minute in each cell (a quarter of them kill every controller of the cell).
+    /// SIGKILLs per minute in each cell (a quarter of them kill every controller of the cell);
+    /// none while the cell's leader is stopped, so that another controller takes over from it.
     #[arg(long, default_value_t = 20.0, env = "CHAOS_KILLS_PER_MINUTE")]
     pub kills_per_minute: f64,
     /// SIGSTOPs per minute in each cell: the leader (any controller without election), right
@@ -102,6 +107,11 @@ impl ChaosArgs {
                 && self.recreate_share >= 0.0
                 && self.delete_share >= 0.0,
             "--recreate-share and --delete-share must be shares that add up to at most 1"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.unelected_share),
+            "--unelected-share {}: not a share in [0, 1]",
+            self.unelected_share
         );
         anyhow::ensure!(
             self.kills_per_minute >= 0.0 && self.pauses_per_minute >= 0.0,
@@ -183,13 +193,11 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         ],
         ..ControllerSpec::new(&first, bin, "chaos-a")
     };
-    let start = Instant::now();
     let mut cells = vec![Cell::new(
         "a",
         first,
         platform.clone(),
         Fleet::new(spec.clone()),
-        start,
     )];
     if args.cells == 2 {
         // A second cell with no IPAM of its own: its controllers claim from the first world's
@@ -200,13 +208,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             cell_kubeconfig: second.cell_kubeconfig().to_path_buf(),
             ..spec.clone()
         };
-        cells.push(Cell::new(
-            "b",
-            second,
-            platform.clone(),
-            Fleet::new(spec_b),
-            start,
-        ));
+        cells.push(Cell::new("b", second, platform.clone(), Fleet::new(spec_b)));
     }
     for c in &mut cells {
         for i in 0..args.shards {
@@ -221,7 +223,9 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         }
     };
     set_faults(&cells, args.seed, false);
+    let start = Instant::now();
     let total = Duration::from_secs(args.seconds.max(2));
+    let switch = start + total.mul_f64(1.0 - args.unelected_share);
     let check_every = Duration::from_millis(args.check_interval_ms);
     let mut observer = Observer::new(start);
     let mut elected = true;
@@ -242,8 +246,8 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     }
 
     while start.elapsed() < total {
-        if elected && start.elapsed() >= total / 2 {
-            // Second half: no election, so two writers per cell race for real.
+        if elected && Instant::now() >= switch {
+            // No election from here: two writers per cell race for real.
             elected = false;
             for c in &mut cells {
                 c.restart_all(false).await?;
@@ -252,7 +256,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         let now = Instant::now();
         for c in &mut cells {
             c.resume_due(false)?;
-            if now >= c.next_kill {
+            if now >= c.next_kill && !c.leader_paused() {
                 c.kill(&mut rng).await;
                 c.next_kill = next_in(&mut rng, args.kills_per_minute)
                     .map_or_else(far_future, |d| Instant::now() + d);
@@ -265,6 +269,12 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
                 let length = Duration::from_millis(
                     rng.random_range(args.pause_ms * 4 / 5..=args.pause_ms * 6 / 5),
                 );
+                if elected && now + length + Duration::from_secs(1) > switch {
+                    // The switch to two writers replaces every controller: a leader stopped
+                    // across it would never wake. Its turn comes after the switch.
+                    c.next_pause = switch + Duration::from_secs(1);
+                    continue;
+                }
                 c.next_pause = if pause_mid_write(c, elected, length, &mut rng).await? {
                     next_in(&mut rng, args.pauses_per_minute)
                         .map_or_else(far_future, |d| Instant::now() + d)
@@ -494,6 +504,7 @@ pub fn ci_options(seed: u64) -> ChaosArgs {
         shards: 60,
         cells: 2,
         seconds: 24,
+        unelected_share: 0.5,
         settle_seconds: 30,
         concurrency: 4,
         faults: FaultArgs {
@@ -510,7 +521,7 @@ pub fn ci_options(seed: u64) -> ChaosArgs {
         },
         kills_per_minute: 15.0,
         pauses_per_minute: 10.0,
-        pause_ms: 4500,
+        pause_ms: 5000,
         churn_interval_ms: 300,
         recreate_share: 0.4,
         delete_share: 0.25,
@@ -545,6 +556,10 @@ mod tests {
         ci_options(7).validate().unwrap();
         assert!(Cli::try_parse_from(["chaos", "--cells=3"]).is_err());
         let bad = Cli::try_parse_from(["chaos", "--recreate-share=0.8", "--delete-share=0.5"])
+            .unwrap()
+            .chaos;
+        assert!(bad.validate().is_err());
+        let bad = Cli::try_parse_from(["chaos", "--unelected-share=1.5"])
             .unwrap()
             .chaos;
         assert!(bad.validate().is_err());
