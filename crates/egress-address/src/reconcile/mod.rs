@@ -24,7 +24,7 @@ use crate::ipam::Ipam;
 use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
 use crate::metrics::Metrics;
 use crate::shard::decide::{Decision, decide, mark_served};
-use crate::shard::{ShardKey, ShardMemory, ShardState};
+use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
 
 pub use note::{Note, reason};
 
@@ -65,7 +65,7 @@ pub struct Context {
     pub cell_id: String,
     pub cell: Client,
     pub ipam: Ipam,
-    pub store: Store<EgressShard>,
+    pub store: Store<CachedShard>,
     pub memory: Arc<ShardMemory>,
     pub gate: Arc<dyn WriteGate>,
     pub metrics: Metrics,
@@ -153,12 +153,13 @@ async fn reconcile_key(
     for gone in ctx.memory.gone(key) {
         release::gone(ctx, key, &gone).await?;
     }
-    let shard = match ctx
+    let cached = ctx
         .store
         .get(&ObjectRef::new(&key.name).within(&key.namespace))
-    {
+        .and_then(|c| c.shard());
+    let shard = match cached {
         Some(cached) if ctx.memory.is_stale(key, &cached) => return Ok(Next::Done),
-        Some(cached) => (*cached).clone(),
+        Some(cached) => cached,
         // Absent from the cache is not proof of absence: only the API server's NotFound is.
         None => match ctx.read_live(key).await? {
             Some(live) => live,

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use egress_api::shard::EgressShard;
 use futures::FutureExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +21,7 @@ use crate::logs::{object_ref, reconcile_id};
 use crate::metrics::{CONTROLLER, Metrics, ReconcileResult};
 use crate::reconcile::drift::{self, Checked};
 use crate::reconcile::{Context, Next, reconcile};
-use crate::shard::{ShardKey, ShardState};
+use crate::shard::{CachedShard, ShardKey, ShardState};
 
 /// What every worker shares.
 pub struct Workers {
@@ -263,6 +262,7 @@ pub async fn drift_pacer(
         let Some(shard) = ctx
             .store
             .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .and_then(|c| c.shard())
         else {
             continue;
         };
@@ -279,14 +279,15 @@ pub async fn drift_pacer(
 }
 
 /// The keys of the cached shards that carry an address and a ref: what a pass checks.
-fn checkable(store: &Store<EgressShard>) -> std::collections::VecDeque<ShardKey> {
+fn checkable(store: &Store<CachedShard>) -> std::collections::VecDeque<ShardKey> {
     store
         .state()
         .iter()
+        .filter_map(|c| c.shard())
         .filter(|s| {
             !s.spec.shard_address_ipv6.is_empty() && s.spec.shard_address_ipv6_claim_ref.is_some()
         })
-        .map(|s| ShardKey::of(s))
+        .map(|s| ShardKey::of(&s))
         .collect()
 }
 
