@@ -1,7 +1,6 @@
 //! Giving an unaddressed shard its address: claim, check, then one conditional update.
 
 use egress_api::shard::EgressShard;
-use kube::api::PostParams;
 use tracing::{error, info, warn};
 
 use super::{Context, Next, Note, reason};
@@ -56,13 +55,7 @@ pub(super) async fn claim_and_assign(
         return Err(not_leader);
     }
     let updated = assign(shard, &holding, &s.platform_project);
-    let written = ctx
-        .timed(
-            ctx.shards(&key.namespace)
-                .replace(&key.name, &PostParams::default(), &updated),
-        )
-        .await
-        .map(|_| ());
+    let written = ctx.replace_shard(key, &updated).await;
     // A 4xx proves the write was not made; anything else may have been applied.
     let maybe_applied = match &written {
         Ok(()) => true,

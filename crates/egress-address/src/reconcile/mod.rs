@@ -102,6 +102,19 @@ impl Context {
         }
     }
 
+    /// PUTs `shard` as the new state of `key`, conditional on the resourceVersion it carries. The
+    /// answer (the whole shard again, managedFields and all) is read but not decoded: nothing
+    /// uses it, and the watch brings the same object to the cache anyway.
+    async fn replace_shard(&self, key: &ShardKey, shard: &EgressShard) -> Result<(), kube::Error> {
+        let body = serde_json::to_vec(shard).map_err(kube::Error::SerdeError)?;
+        let url = <EgressShard as kube::Resource>::url_path(&(), Some(&key.namespace));
+        let mut req = kube::core::Request::new(url)
+            .replace(&key.name, &PostParams::default(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("replace");
+        self.timed(self.cell.request_text(req)).await.map(drop)
+    }
+
     /// The shard as the API server has it now, or `None` when it does not exist.
     async fn read_live(&self, key: &ShardKey) -> Result<Option<EgressShard>, Error> {
         match self.timed(self.shards(&key.namespace).get(&key.name)).await {
@@ -181,16 +194,12 @@ async fn reconcile_key(
         }
         Decision::MarkServed => {
             ctx.may_write()?;
-            ctx.timed(ctx.shards(&key.namespace).replace(
-                &key.name,
-                &PostParams::default(),
-                &mark_served(&shard),
-            ))
-            .await
-            .map_err(|source| Error::MarkServed {
-                shard: key.name.clone(),
-                source,
-            })?;
+            ctx.replace_shard(key, &mark_served(&shard))
+                .await
+                .map_err(|source| Error::MarkServed {
+                    shard: key.name.clone(),
+                    source,
+                })?;
             ctx.memory
                 .wrote_over(key, shard.metadata.resource_version.as_deref());
             ctx.memory.set_state(key, ShardState::observed(&shard));
