@@ -5,9 +5,10 @@
 //! the controller has written its address. Production-shaped shards carry all of that, so the
 //! controller's cache, its watch stream and its writes are measured at their real size.
 //!
-//! localplane does not record `managedFields` (it drops what a client sends), so the bench does it
-//! with a storage hook on the cell, as the API server would for an update: every create gets the
-//! creator's entry and the data plane's status entry; every update keeps the entries it found
+//! localplane records `managedFields` itself, but a shard seeded straight into the store would
+//! carry only localplane's own entry and no status (a create drops it), so the bench shapes them
+//! with a storage hook on the cell that runs after localplane's own bookkeeping: every create gets
+//! the creator's entry and the data plane's status entry; every update keeps the entries it found
 //! and adds or refreshes one for the writer, naming the fields that changed.
 
 use std::collections::HashMap;
