@@ -27,8 +27,8 @@ pub enum Command {
     /// For every shard in the cell, read the IPAM record its ref names and judge the attribution.
     /// Exits 0 when everything is consistent, 1 when anything is not, 2 when it could not run.
     Audit(audit::AuditArgs),
-    /// Benchmark the controller against localplane (docs/benchmarks.md).
-    Bench(bench::BenchArgs),
+    /// Benchmark the controller against localplane (docs/benchmarks.md): the matrix, or one mode.
+    Bench(bench::BenchCli),
     /// Run the controller under injected faults and kills, then check the invariants.
     Chaos(chaos::ChaosArgs),
     /// Print a completion script for a shell, e.g. `egress-address completions bash >

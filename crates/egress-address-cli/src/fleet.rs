@@ -241,6 +241,17 @@ impl Controller {
         let _ = self.child.kill().await;
     }
 
+    /// SIGSTOP: the process halts where it is, requests half-sent or awaiting answers included,
+    /// until [`Controller::resume`]; its lease runs out meanwhile.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        signal(self.pid, "STOP")
+    }
+
+    /// SIGCONT: a stopped process carries on from where it was halted.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        signal(self.pid, "CONT")
+    }
+
     /// SIGTERM, then SIGKILL after `grace`.
     pub async fn stop(mut self, grace: Duration) {
         let _ = std::process::Command::new("kill")
@@ -313,6 +324,19 @@ impl Fleet {
         });
         dead
     }
+}
+
+/// Sends signal `name` (`STOP`, `CONT`, ...) to process `pid`.
+fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .with_context(|| format!("running kill -{name} {pid}"))?;
+    if !status.success() {
+        bail!("kill -{name} {pid} failed: {status}");
+    }
+    Ok(())
 }
 
 pub fn log_tail(path: &Path, lines: usize) -> String {

@@ -3,8 +3,9 @@
 //! ```text
 //! cli                       the command line, exit codes
 //!  ↓
-//! demo  audit/  bench/  chaos/   one folder or file per command (audit/verdict and
-//!                                chaos/invariants are pure judgements, tested without a server)
+//! demo  audit/  bench/  chaos/   one folder or file per command (audit/verdict is a pure
+//!                                judgement, tested without a server; chaos/invariants judges
+//!                                from store reads, tested on worlds with violations planted)
 //!  ↓
 //! fleet  table              controller processes against the test world; text tables
 //! ```

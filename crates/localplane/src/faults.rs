@@ -182,7 +182,27 @@ pub struct FaultOutcomes {
     pub hang: u64,
 }
 
+impl InjectedFaults {
+    /// Every count of both.
+    pub fn plus(&self, other: &InjectedFaults) -> InjectedFaults {
+        InjectedFaults {
+            before_apply: self.before_apply.plus(&other.before_apply),
+            after_apply: self.after_apply.plus(&other.after_apply),
+            delayed_commits: self.delayed_commits + other.delayed_commits,
+        }
+    }
+}
+
 impl FaultOutcomes {
+    /// Every count of both.
+    pub fn plus(&self, other: &FaultOutcomes) -> FaultOutcomes {
+        FaultOutcomes {
+            status: self.status + other.status,
+            reset: self.reset + other.reset,
+            hang: self.hang + other.hang,
+        }
+    }
+
     pub(crate) fn count(&mut self, outcome: FaultOutcome) {
         match outcome {
             FaultOutcome::Status => self.status += 1,

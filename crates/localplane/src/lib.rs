@@ -175,7 +175,8 @@
 //!   - {plane: platform, verb: delete, resource: ipclaims, commitDelayMs: 5000}
 //! ```
 //!
-//! Every kind injected is counted ([`Metrics::injected_faults`], and `injectedFaults` in
+//! Every kind injected is counted ([`Metrics::injected_faults`], by plane in
+//! [`Metrics::injected_faults_by_plane`], and `injectedFaults` in
 //! `GET /localplane/metrics`); a request answered with nothing is counted with `code` 0. A
 //! configuration with a rate outside [0, 1], an unknown field, or (on a rule that can fail) a
 //! code outside 400–599 or a `code` on a `reset` or `hang` is refused with a message naming it.

@@ -1,6 +1,6 @@
 //! Request counters by plane, verb, resource and status code, and counts of injected faults.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -35,7 +35,8 @@ pub struct RequestCount {
 #[derive(Debug, Default)]
 pub struct Metrics {
     counts: Mutex<HashMap<RequestKey, u64>>,
-    injected: Mutex<InjectedFaults>,
+    /// By plane, so a run over several planes can say where each fault struck.
+    injected: Mutex<BTreeMap<String, InjectedFaults>>,
 }
 
 impl Metrics {
@@ -71,25 +72,37 @@ impl Metrics {
 
     /// How many faults of each kind were injected since the start (or the last reset).
     pub fn injected_faults(&self) -> InjectedFaults {
-        *locks::lock(&self.injected)
+        locks::lock(&self.injected)
+            .values()
+            .fold(InjectedFaults::default(), |sum, p| sum.plus(p))
     }
 
-    pub(crate) fn record_failure(&self, when: FaultWhen, outcome: FaultOutcome) {
-        let mut i = locks::lock(&self.injected);
+    /// [`Metrics::injected_faults`] by plane (`cell` or a project name); a plane where nothing
+    /// was injected is absent.
+    pub fn injected_faults_by_plane(&self) -> BTreeMap<String, InjectedFaults> {
+        locks::lock(&self.injected).clone()
+    }
+
+    pub(crate) fn record_failure(&self, plane: &str, when: FaultWhen, outcome: FaultOutcome) {
+        let mut all = locks::lock(&self.injected);
+        let i = all.entry(plane.to_string()).or_default();
         match when {
             FaultWhen::BeforeApply => i.before_apply.count(outcome),
             FaultWhen::AfterApply => i.after_apply.count(outcome),
         }
     }
 
-    pub(crate) fn record_delayed_commit(&self) {
-        locks::lock(&self.injected).delayed_commits += 1;
+    pub(crate) fn record_delayed_commit(&self, plane: &str) {
+        locks::lock(&self.injected)
+            .entry(plane.to_string())
+            .or_default()
+            .delayed_commits += 1;
     }
 
     /// Zeroes every counter, the injected faults' too.
     pub fn reset(&self) {
         locks::lock(&self.counts).clear();
-        *locks::lock(&self.injected) = InjectedFaults::default();
+        locks::lock(&self.injected).clear();
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {
@@ -100,5 +113,44 @@ impl Metrics {
             "requests": snap,
             "injectedFaults": self.injected_faults(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::FaultOutcomes;
+
+    #[test]
+    fn injected_faults_are_kept_by_plane_and_summed() {
+        let m = Metrics::default();
+        m.record_failure("cell", FaultWhen::BeforeApply, FaultOutcome::Status);
+        m.record_failure("platform", FaultWhen::AfterApply, FaultOutcome::Hang);
+        m.record_failure("platform", FaultWhen::AfterApply, FaultOutcome::Reset);
+        m.record_delayed_commit("platform");
+        let by = m.injected_faults_by_plane();
+        assert_eq!(by.keys().collect::<Vec<_>>(), ["cell", "platform"]);
+        assert_eq!(by["cell"].before_apply.status, 1);
+        assert_eq!(by["cell"].after_apply, FaultOutcomes::default());
+        assert_eq!(
+            (
+                by["platform"].after_apply.hang,
+                by["platform"].after_apply.reset,
+                by["platform"].delayed_commits
+            ),
+            (1, 1, 1)
+        );
+        let all = m.injected_faults();
+        assert_eq!(
+            (
+                all.before_apply.status,
+                all.after_apply.hang + all.after_apply.reset,
+                all.delayed_commits
+            ),
+            (1, 2, 1)
+        );
+        m.reset();
+        assert!(m.injected_faults_by_plane().is_empty());
+        assert_eq!(m.injected_faults(), InjectedFaults::default());
     }
 }

@@ -102,3 +102,62 @@ async fn address_one(
         .with_context(|| format!("updating shard {namespace}/{name}"))?;
     Ok(())
 }
+
+/// The ideal client in a cell that keeps getting new shards: one watch on the namespace, and for
+/// every shard it sees without an address the same two requests as [`run`], `concurrency` at a
+/// time (the watch waits while all are busy, as a work queue would). Returns once its watch has
+/// listed the namespace, with the task, which runs until aborted.
+pub async fn watch(
+    world: &World,
+    namespace: &str,
+    concurrency: usize,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use kube::runtime::watcher;
+
+    let shards: Api<EgressShard> = Api::namespaced(world.cell(), namespace);
+    let claims: Api<IPClaim> = world.claims();
+    let namespace = namespace.to_string();
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+        let mut seen = std::collections::HashSet::new();
+        let mut synced = Some(synced_tx);
+        let mut stream = watcher(shards.clone(), watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let shard = match event {
+                Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => s,
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    eprintln!("bench: the ideal client's watch: {e}");
+                    continue;
+                }
+            };
+            if !shard.spec.shard_address_ipv6.is_empty()
+                || !seen.insert(shard.metadata.name.clone().unwrap_or_default())
+            {
+                continue;
+            }
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let (shards, claims, namespace) = (shards.clone(), claims.clone(), namespace.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                let mut shard = shard;
+                if let Err(e) = address_one(&shards, &claims, &namespace, &mut shard).await {
+                    eprintln!("bench: the ideal client: {e:#}");
+                }
+            });
+        }
+    });
+    synced_rx
+        .await
+        .context("the ideal client's watch ended before it listed the shards")?;
+    Ok(task)
+}

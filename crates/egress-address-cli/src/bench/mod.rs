@@ -2,23 +2,98 @@
 //! users judge it (wall time, requests per shard, memory, idle traffic, restart cost), next to an
 //! ideal client doing the minimal request sequence. The controller runs as a process
 //! ([`crate::fleet`]) in a fresh test world (`localplane::testing`) for every run.
+//!
+//! Without a mode, `bench` runs the matrix (shard counts × concurrencies). The modes measure
+//! one thing each: `churn` (latency of new shards in a busy cell), `growth` (cost per shard as a
+//! cell grows), `outage` (IPAM down while shards wait) and `soak` (a long run: idle cost per
+//! shard per hour, RSS over time).
 
+pub mod churn;
+pub mod growth;
+pub mod host;
 mod ideal;
+pub mod outage;
 mod report;
+pub mod shape;
+pub mod soak;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use localplane::testing::{World, is_addressed, shards_key};
 
 use crate::fleet::{self, Controller, ControllerSpec};
+use host::LoadAvg;
 use report::is_event;
 pub use report::{BenchReport, IdleMeasurement, Measurement, RestartMeasurement, Run};
+pub use shape::Objects;
 
 const BENCH_NAMESPACE: &str = "bench";
+
+/// `egress-address bench [MODE]`.
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCli {
+    #[command(subcommand)]
+    pub mode: Option<Mode>,
+    #[command(flatten)]
+    pub matrix: BenchArgs,
+}
+
+/// What a bench measures besides the matrix.
+#[derive(Subcommand, Debug, Clone)]
+pub enum Mode {
+    /// Shards created at a steady rate into a cell of addressed shards: time from create to
+    /// addressed (p50, p99), controller against the ideal client in the same run.
+    Churn(churn::ChurnArgs),
+    /// The cell grows (1,000 → 10,000 → 50,000 shards by default): wall, CPU and RSS per shard,
+    /// time to /ready after a restart, their slopes, and localplane's share of the CPU.
+    Growth(growth::GrowthArgs),
+    /// IPAM down while shards wait: IPAM attempts per pending shard per minute, the peak rate,
+    /// and the time to converge once IPAM answers again.
+    Outage(outage::OutageArgs),
+    /// A long run over addressed shards at the controller's defaults: IPAM and cell requests per
+    /// shard per hour and per minute (the drift check), RSS sampled over time, optional churn.
+    Soak(soak::SoakArgs),
+}
+
+/// Options every mode shares.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// The egress-address-controller binary (default: next to this executable).
+    #[arg(long, env = "BENCH_CONTROLLER_BIN")]
+    pub controller_bin: Option<PathBuf>,
+    /// The shards' shape: production (labels, annotations, status, managedFields) or bare.
+    #[arg(long, value_enum, default_value_t = Objects::Production, env = "BENCH_OBJECTS")]
+    pub objects: Objects,
+    /// Also write the markdown report to this file.
+    #[arg(long, env = "BENCH_OUTPUT")]
+    pub output: Option<PathBuf>,
+}
+
+/// Prints a report and writes it to `--output`.
+fn emit(md: &str, output: Option<&Path>) -> anyhow::Result<()> {
+    println!("{md}");
+    if let Some(p) = output {
+        std::fs::write(p, md)?;
+    }
+    Ok(())
+}
+
+/// A mutex's guard, whether or not a holder panicked (the bench's maps stay usable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The command line of this run, as docs/benchmarks.md quotes it.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("egress-address {}", args.join(" "))
+}
 
 /// Options of `egress-address bench`.
 #[derive(Args, Debug, Clone)]
@@ -60,18 +135,41 @@ pub struct BenchArgs {
     /// Also write the markdown report to this file.
     #[arg(long, env = "BENCH_OUTPUT")]
     pub output: Option<PathBuf>,
+    /// The shards' shape: production (labels, annotations, status, managedFields) or bare.
+    #[arg(long, value_enum, default_value_t = Objects::Production, env = "BENCH_OBJECTS")]
+    pub objects: Objects,
 }
 
-/// Runs the matrix and prints the markdown report.
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let bin = fleet::controller_for_cli(args.controller_bin.as_deref())?;
-    let report = measure(&args, &bin).await?;
-    let md = report.markdown();
-    println!("{md}");
-    if let Some(p) = &args.output {
-        std::fs::write(p, &md)?;
+/// Runs the matrix or a mode and prints its markdown report.
+pub async fn run(cli: BenchCli) -> anyhow::Result<()> {
+    match cli.mode {
+        None => {
+            let args = cli.matrix;
+            let bin = fleet::controller_for_cli(args.controller_bin.as_deref())?;
+            let report = measure(&args, &bin).await?;
+            emit(&report.markdown(), args.output.as_deref())
+        }
+        Some(Mode::Churn(a)) => {
+            let bin = fleet::controller_for_cli(a.common.controller_bin.as_deref())?;
+            let r = churn::measure(&a, &bin).await?;
+            emit(&r.markdown(), a.common.output.as_deref())
+        }
+        Some(Mode::Growth(a)) => {
+            let bin = fleet::controller_for_cli(a.common.controller_bin.as_deref())?;
+            let r = growth::measure(&a, &bin).await?;
+            emit(&r.markdown(), a.common.output.as_deref())
+        }
+        Some(Mode::Outage(a)) => {
+            let bin = fleet::controller_for_cli(a.common.controller_bin.as_deref())?;
+            let r = outage::measure(&a, &bin).await?;
+            emit(&r.markdown(), a.common.output.as_deref())
+        }
+        Some(Mode::Soak(a)) => {
+            let bin = fleet::controller_for_cli(a.common.controller_bin.as_deref())?;
+            let r = soak::measure(&a, &bin).await?;
+            emit(&r.markdown(), a.common.output.as_deref())
+        }
     }
-    Ok(())
 }
 
 /// Runs the matrix with the controller binary `bin`: for every (shards, concurrency), `repeat`
@@ -84,7 +182,11 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
         bail!("--repeat must be at least 1");
     }
     let timeout = Duration::from_secs(args.run_timeout_seconds);
-    let mut report = BenchReport::default();
+    let mut report = BenchReport {
+        objects: args.objects,
+        command: command_line(),
+        ..BenchReport::default()
+    };
     let configs: Vec<(usize, usize)> = args
         .shards
         .iter()
@@ -96,13 +198,15 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
         let mut ideal_walls = vec![];
         for rep in 1..=args.repeat {
             // Ideal and controller runs alternate, so a slow spell of the machine hits both.
-            ideal_walls.push(ideal_run(n, c).await?);
-            let (run, w, mut ctl, spec) = controller_run(bin, n, c, rep, timeout).await?;
+            ideal_walls.push(ideal_run(n, c, args.objects).await?);
+            let (run, w, mut ctl, spec) =
+                controller_run(bin, n, c, rep, timeout, args.objects, &[]).await?;
             eprintln!(
-                "bench: run {rep}/{}: controller {:.2} s, ideal {:.2} s",
+                "bench: run {rep}/{}: controller {:.2} s, ideal {:.2} s, load {}",
                 args.repeat,
                 run.wall.as_secs_f64(),
                 ideal_walls.last().map_or(0.0, Duration::as_secs_f64),
+                run.load.map(|l| l.to_string()).unwrap_or_default(),
             );
             runs.push(run);
             let last = i + 1 == configs.len() && rep == args.repeat;
@@ -111,7 +215,8 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
             }
             ctl.stop(Duration::from_secs(10)).await;
             if last && !args.no_restart {
-                report.restart = Some(restart_after(args, &w, &spec, n, timeout).await?);
+                report.restart =
+                    Some(restart_after(args.restart_watch_seconds, &w, &spec, n, timeout).await?);
             }
             w.shutdown().await;
         }
@@ -122,10 +227,17 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
     Ok(report)
 }
 
-/// The ideal client over N fresh shards in a localplane of its own; its wall time.
-async fn ideal_run(n: usize, c: usize) -> anyhow::Result<Duration> {
+/// A fresh world with `n` unaddressed shards of the given shape in the bench namespace.
+async fn world_with(n: usize, objects: Objects) -> anyhow::Result<World> {
     let w = fleet::world().start().await?;
-    w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
+    shape::prepare(&w, objects);
+    shape::seed(&w, BENCH_NAMESPACE, "shard", 0..n, objects);
+    Ok(w)
+}
+
+/// The ideal client over N fresh shards in a localplane of its own; its wall time.
+async fn ideal_run(n: usize, c: usize, objects: Objects) -> anyhow::Result<Duration> {
+    let w = world_with(n, objects).await?;
     w.reset_counters();
     let wall = ideal::run(&w, BENCH_NAMESPACE, c).await?;
     let ideal_requests = w.lp().metrics().total();
@@ -144,27 +256,59 @@ async fn controller_run(
     c: usize,
     rep: usize,
     timeout: Duration,
+    objects: Objects,
+    extra_args: &[String],
 ) -> anyhow::Result<(Run, World, Controller, ControllerSpec)> {
-    let w = fleet::world().start().await?;
-    w.seed_shards(BENCH_NAMESPACE, "shard", 0..n);
+    let w = world_with(n, objects).await?;
     let spec = ControllerSpec {
         concurrency: c,
+        extra_args: extra_args.to_vec(),
         ..ControllerSpec::new(&w, bin.to_path_buf(), &format!("bench-{n}-{c}-{rep}"))
     };
+    w.reset_counters();
+    let server_cpu_before = host::cpu_time(None);
+    let mut ctl = spec.spawn()?;
+    let (wall, ready) = until_addressed(&w, &mut ctl, timeout).await?;
+    let cpu_at_wall = ctl.cpu_time();
+    let server_cpu = host::cpu_time(None)
+        .zip(server_cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let load = LoadAvg::now();
+    let events_done = until_events_sent(&w, ctl.started, wall, timeout).await;
+    let mut run = Run::collect(
+        &w,
+        n,
+        c,
+        wall,
+        events_done,
+        ready,
+        cpu_at_wall,
+        ctl.peak_rss(),
+    );
+    run.server_cpu = server_cpu;
+    run.load = load;
+    Ok((run, w, ctl, spec))
+}
+
+/// Waits until every shard of the bench namespace is addressed: the time since the controller
+/// was spawned, and when it was first seen ready.
+async fn until_addressed(
+    w: &World,
+    ctl: &mut Controller,
+    timeout: Duration,
+) -> anyhow::Result<(Duration, Option<Duration>)> {
     // Polled every 25 ms while the controller works: a scan of the store each time would take
     // CPU and the store's lock from the server being measured.
     let mut progress = w
         .lp()
         .cell()
         .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
-    w.reset_counters();
-    let mut ctl = spec.spawn()?;
-    let started = Instant::now();
+    let started = ctl.started;
     let mut ready = None;
-    let wall = loop {
+    loop {
         let (total, done) = progress.counts();
         if total == done {
-            break started.elapsed();
+            return Ok((started.elapsed(), ready));
         }
         ctl.check_alive()?;
         if ready.is_none() && ctl.is_ready().await {
@@ -177,10 +321,17 @@ async fn controller_run(
             );
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
-    };
-    let cpu_at_wall = ctl.cpu_time();
-    // Events are sent beside (or after) the addresses: the run is over when no event has
-    // landed for a while.
+    }
+}
+
+/// Events are sent beside (or after) the addresses: they are all sent when none has landed for
+/// a while. When the last one landed, counted from `started`.
+async fn until_events_sent(
+    w: &World,
+    started: Instant,
+    wall: Duration,
+    timeout: Duration,
+) -> Duration {
     let mut events = w.lp().metrics().count(is_event);
     let mut events_done = wall;
     let mut quiet_since = Instant::now();
@@ -193,17 +344,7 @@ async fn controller_run(
             quiet_since = Instant::now();
         }
     }
-    let run = Run::collect(
-        &w,
-        n,
-        c,
-        wall,
-        events_done,
-        ready,
-        cpu_at_wall,
-        ctl.peak_rss(),
-    );
-    Ok((run, w, ctl, spec))
+    events_done
 }
 
 /// How long no event may land before a run's events count as all sent.
@@ -225,8 +366,9 @@ async fn idle_after(
     Ok(Some(IdleMeasurement::collect(w, n, args.idle_seconds)))
 }
 
+/// A fresh controller from `spec` against the addressed cell of `w` (the old one stopped).
 async fn restart_after(
-    args: &BenchArgs,
+    watch_seconds: u64,
     w: &World,
     spec: &ControllerSpec,
     n: usize,
@@ -242,10 +384,9 @@ async fn restart_after(
     // The old leader released its lease on SIGTERM, or the new one waits it out: both are
     // part of what an operator sees.
     let to_ready = fresh.wait_ready(timeout).await?;
-    tokio::time::sleep(Duration::from_secs(args.restart_watch_seconds)).await;
+    tokio::time::sleep(Duration::from_secs(watch_seconds)).await;
     fresh.check_alive()?;
-    let m =
-        RestartMeasurement::collect(w, n, to_ready, args.restart_watch_seconds, fresh.peak_rss());
+    let m = RestartMeasurement::collect(w, n, to_ready, watch_seconds, fresh.peak_rss());
     fresh.stop(Duration::from_secs(10)).await;
     Ok(m)
 }

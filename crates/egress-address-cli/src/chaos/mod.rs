@@ -1,50 +1,96 @@
-//! `egress-address chaos`: the real controller under injected faults on both planes, SIGKILLed at
-//! random moments, two at once with and without leader election, while shards come and go. When
-//! the faults stop and the controllers have settled, the invariants that make an address
-//! trustworthy are checked. Seeded: the same seed replays the same schedule of faults, kills and
-//! churn (timing on a loaded machine still varies).
+//! `egress-address chaos`: the real controller under the faults production has, in two cells
+//! that claim from one IPAM. On both planes: requests failed before they apply, requests applied
+//! whose answer is then lost (a 5xx, a reset connection, or nothing until the controller's
+//! request timeout: claim creates and deletes above all, shard updates too), claim deletes and
+//! shard updates that commit seconds after the client gave up, latency spikes and cut watches.
+//! Meanwhile each cell's controllers are SIGKILLed at random, and a leader is SIGSTOPped right
+//! after its claim for a freshly made shard landed and left stopped until another has taken its
+//! lease, then woken (SIGCONT) with its requests of a leader that is no more. Shards are made
+//! under the same names in both cells, deleted, and made again under their names, often while
+//! the earlier incarnation's release is still to come or in flight. Half the run elects a leader
+//! per cell, the rest (`--unelected-share`, half by default) runs two writers per cell.
+//!
+//! The invariants ([`invariants`]) are judged at every sample during the run and once more when
+//! the faults have stopped and the controllers have settled. Seeded: the same seed replays the
+//! same schedule of faults, kills, pauses and churn (timing on a loaded machine still varies).
 
+mod cell;
+mod faults;
 mod invariants;
+mod report;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use egress_api::shard::EgressShard;
-use kube::Api;
-use kube::api::DeleteParams;
-use localplane::testing::{World, leases_key};
-use localplane::{FaultConfig, FaultRule};
+use localplane::testing::PLATFORM_PROJECT;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::fleet::{self, ControllerSpec, Fleet, locate_controller};
-pub use invariants::ChaosReport;
-use invariants::{NAMESPACE, Sample, check, excused, leftover_claims};
+use cell::Cell;
+pub use cell::CellStats;
+pub use faults::{FaultArgs, FaultReport, Outcome};
+use invariants::{CellFacts, CellRef, Observer, Planes, RunFacts};
+pub use invariants::{Leftovers, Sampled, Verdict};
+pub use report::ChaosReport;
 
-/// The lease the controllers elect their leader with, in the cell's `default` namespace.
-const LEASE_NAMESPACE: &str = "default";
-const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
+/// The controllers' lease, short so that a takeover fits in a bounded run.
+const LEASE: Duration = Duration::from_secs(3);
 
 /// Options of `egress-address chaos`.
 #[derive(Args, Debug, Clone)]
 pub struct ChaosArgs {
-    /// Seed for faults, kills and churn.
+    /// Seed for faults, kills, pauses and churn.
     #[arg(long, default_value_t = 1, env = "CHAOS_SEED")]
     pub seed: u64,
-    /// Shards present at the start.
-    #[arg(long, default_value_t = 1000, env = "CHAOS_SHARDS")]
+    /// Shards present at the start in each cell, under the same names in every cell.
+    #[arg(long, default_value_t = 500, env = "CHAOS_SHARDS")]
     pub shards: usize,
-    /// Seconds of faults (half with leader election, half without).
+    /// Cells claiming from one IPAM: 2, or 1.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2), env = "CHAOS_CELLS")]
+    pub cells: u8,
+    /// Seconds of faults: first with leader election, then (--unelected-share of them) without.
     #[arg(long, default_value_t = 300, env = "CHAOS_SECONDS")]
     pub seconds: u64,
+    /// Share of the fault time at the end that runs each cell's two controllers without leader
+    /// election, two writers racing (0: election throughout).
+    #[arg(long, default_value_t = 0.5, env = "CHAOS_UNELECTED_SHARE")]
+    pub unelected_share: f64,
     /// Seconds allowed for settling once the faults stop.
     #[arg(long, default_value_t = 120, env = "CHAOS_SETTLE_SECONDS")]
     pub settle_seconds: u64,
     /// Reconcile concurrency of each controller.
     #[arg(long, default_value_t = 4, env = "CHAOS_CONCURRENCY")]
     pub concurrency: usize,
+    #[command(flatten)]
+    pub faults: FaultArgs,
+    /// SIGKILLs per minute in each cell (a quarter of them kill every controller of the cell);
+    /// none while the cell's leader is stopped, so that another controller takes over from it.
+    #[arg(long, default_value_t = 20.0, env = "CHAOS_KILLS_PER_MINUTE")]
+    pub kills_per_minute: f64,
+    /// SIGSTOPs per minute in each cell: the leader (any controller without election), right
+    /// after its claim for a freshly made shard landed.
+    #[arg(long, default_value_t = 6.0, env = "CHAOS_PAUSES_PER_MINUTE")]
+    pub pauses_per_minute: f64,
+    /// How long a stopped controller stays stopped (±20%); past the 3 s lease, so it wakes
+    /// after another controller took over.
+    #[arg(long, default_value_t = 4500, env = "CHAOS_PAUSE_MS")]
+    pub pause_ms: u64,
+    /// Mean time between two churn steps (each a create in every cell, a delete, or a delete
+    /// and create again under the same name).
+    #[arg(long, default_value_t = 350, env = "CHAOS_CHURN_INTERVAL_MS")]
+    pub churn_interval_ms: u64,
+    /// Share of churn steps that delete a shard and make it again under its name (at once half
+    /// the time, else within 2 s).
+    #[arg(long, default_value_t = 0.4, env = "CHAOS_RECREATE_SHARE")]
+    pub recreate_share: f64,
+    /// Share of churn steps that delete a shard for good; the rest make new ones.
+    #[arg(long, default_value_t = 0.25, env = "CHAOS_DELETE_SHARE")]
+    pub delete_share: f64,
+    /// Milliseconds between two samples of the invariants during the run.
+    #[arg(long, default_value_t = 500, env = "CHAOS_CHECK_INTERVAL_MS")]
+    pub check_interval_ms: u64,
     /// The egress-address-controller binary (default: next to this executable).
     #[arg(long, env = "CHAOS_CONTROLLER_BIN")]
     pub controller_bin: Option<PathBuf>,
@@ -53,11 +99,39 @@ pub struct ChaosArgs {
     pub keep_logs: bool,
 }
 
-/// The CLI entry point: prints the report as JSON and fails when an invariant broke.
+impl ChaosArgs {
+    fn validate(&self) -> anyhow::Result<()> {
+        self.faults.validate()?;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&(self.recreate_share + self.delete_share))
+                && self.recreate_share >= 0.0
+                && self.delete_share >= 0.0,
+            "--recreate-share and --delete-share must be shares that add up to at most 1"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.unelected_share),
+            "--unelected-share {}: not a share in [0, 1]",
+            self.unelected_share
+        );
+        anyhow::ensure!(
+            self.kills_per_minute >= 0.0 && self.pauses_per_minute >= 0.0,
+            "--kills-per-minute and --pauses-per-minute cannot be negative"
+        );
+        anyhow::ensure!(
+            self.churn_interval_ms > 0 && self.check_interval_ms > 0,
+            "--churn-interval-ms and --check-interval-ms must be positive"
+        );
+        Ok(())
+    }
+}
+
+/// The CLI entry point: prints the summary, then the report as JSON, and fails when an
+/// invariant broke.
 pub async fn main(args: ChaosArgs) -> anyhow::Result<()> {
     let mut args = args;
     args.controller_bin = Some(fleet::controller_for_cli(args.controller_bin.as_deref())?);
     let report = run(&args).await?;
+    report.write_summary(&mut std::io::stderr())?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     let v = report.violations();
     if !v.is_empty() {
@@ -66,247 +140,428 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn fault_config(seed: u64, latency_spike: bool) -> FaultConfig {
-    let mut rules = vec![
-        FaultRule {
-            error_rate: 0.03,
-            code: Some(500),
-            ..Default::default()
-        },
-        FaultRule {
-            error_rate: 0.02,
-            code: Some(503),
-            ..Default::default()
-        },
-        FaultRule {
-            verb: Some("update".into()),
-            error_rate: 0.05,
-            code: Some(409),
-            ..Default::default()
-        },
-    ];
-    if latency_spike {
-        rules.push(FaultRule {
-            latency_ms: 400,
-            ..Default::default()
-        });
-    }
-    FaultConfig {
-        seed: Some(seed),
-        rules,
-        watch_cut_after_seconds: Some(3.0),
+/// A random time until the next of `per_minute` events (uniform around the mean), or never.
+fn next_in(rng: &mut StdRng, per_minute: f64) -> Option<Duration> {
+    (per_minute > 0.0).then(|| {
+        let mean = 60_000.0 / per_minute;
+        Duration::from_millis(rng.random_range(mean * 0.5..mean * 1.5) as u64)
+    })
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
+}
+
+fn planes(cells: &[Cell]) -> Planes<'_> {
+    Planes {
+        platform: &cells[0].world,
+        cells: cells
+            .iter()
+            .map(|c| CellRef {
+                label: &c.label,
+                id: &c.id,
+                world: &c.world,
+            })
+            .collect(),
     }
 }
 
-/// Runs the whole scenario and checks the invariants.
+/// Runs the whole scenario and judges the invariants.
 pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
+    args.validate()?;
     let bin = locate_controller(args.controller_bin.as_deref())?;
-    let world = fleet::world().start().await?;
-    world.seed_shards(NAMESPACE, "shard", 0..args.shards);
     let mut rng = StdRng::seed_from_u64(args.seed);
+    let request_timeout = Duration::from_millis(args.faults.request_timeout_ms()?);
+    let commit_delay = Duration::from_millis(args.faults.commit_delay_ms);
+
+    let first = fleet::world().start().await?;
+    let platform = first
+        .lp()
+        .project(PLATFORM_PROJECT)
+        .expect("the first world serves the platform project");
     let spec = ControllerSpec {
         concurrency: args.concurrency,
         // Short lease and backoff: a takeover and a retry must fit in a bounded run.
         extra_args: vec![
-            "--leader-election-lease-duration=3s".into(),
+            format!("--leader-election-lease-duration={}s", LEASE.as_secs()),
             "--leader-election-renew-deadline=2s".into(),
             "--leader-election-retry-period=500ms".into(),
             "--backoff-base=100ms".into(),
             "--backoff-cap=2s".into(),
             "--recheck-interval=2s".into(),
-            "--request-timeout=5s".into(),
+            format!("--request-timeout={}", args.faults.request_timeout),
         ],
-        ..ControllerSpec::new(&world, bin, "chaos")
+        ..ControllerSpec::new(&first, bin, "chaos-a")
     };
-    let mut fleet = Fleet::new(spec);
-    // Whether each controller has been seen ready (a ready one stays so until it is killed).
-    let mut ready: HashMap<String, bool> = HashMap::new();
-    let shards_api: Api<EgressShard> = Api::namespaced(world.cell(), NAMESPACE);
+    let mut cells = vec![Cell::new(
+        "a",
+        first,
+        platform.clone(),
+        Fleet::new(spec.clone()),
+    )];
+    if args.cells == 2 {
+        // A second cell with no IPAM of its own: its controllers claim from the first world's
+        // platform project, as two cells of one location do. Its logs go with the first's.
+        let second = fleet::world().cell_only().start().await?;
+        let spec_b = ControllerSpec {
+            name: "chaos-b".into(),
+            cell_kubeconfig: second.cell_kubeconfig().to_path_buf(),
+            ..spec.clone()
+        };
+        cells.push(Cell::new("b", second, platform.clone(), Fleet::new(spec_b)));
+    }
+    for c in &mut cells {
+        for i in 0..args.shards {
+            c.create(&format!("shard-{i}"))?;
+        }
+        c.stats.shards_at_start = args.shards;
+    }
 
-    let mut live: BTreeSet<String> = (0..args.shards).map(|i| format!("shard-{i}")).collect();
-    let mut deleted_at: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut created = 0usize;
-    let mut samples: Vec<Sample> = vec![];
-    let mut unexpected_exits = vec![];
-
-    world.lp().faults().set(fault_config(args.seed, false));
-    let total = Duration::from_secs(args.seconds.max(2));
+    let set_faults = |cells: &[Cell], seed: u64, spike: bool| {
+        for c in cells {
+            c.world.lp().faults().set(args.faults.config(seed, spike));
+        }
+    };
+    set_faults(&cells, args.seed, false);
     let start = Instant::now();
-    let mut next_kill = start + Duration::from_millis(rng.random_range(1000..4000));
+    let total = Duration::from_secs(args.seconds.max(2));
+    let switch = start + total.mul_f64(1.0 - args.unelected_share);
+    let check_every = Duration::from_millis(args.check_interval_ms);
+    let mut observer = Observer::new(start);
+    let mut elected = true;
+    let mut created = 0usize;
     let mut next_churn = start;
+    let mut next_check = start;
     let mut next_spike = start + Duration::from_millis(rng.random_range(500..3000));
     let mut spike_until: Option<Instant> = None;
-    let mut phase_elected = true;
-    fleet.start(true)?;
-    fleet.start(true)?;
+    let mut spikes = 0usize;
+    for c in &mut cells {
+        c.next_kill = next_in(&mut rng, args.kills_per_minute)
+            .map_or_else(far_future, |d| start + Duration::from_millis(1000) + d / 2);
+        // The first pause early, so that one falls in the elected half even of a short run.
+        c.next_pause = next_in(&mut rng, args.pauses_per_minute).map_or_else(far_future, |_| {
+            start + Duration::from_millis(rng.random_range(2000..4000))
+        });
+        c.keep_running(true)?;
+    }
+
     while start.elapsed() < total {
-        let now = Instant::now();
-        if phase_elected && start.elapsed() >= total / 2 {
-            // Second half: no election, so two writers race for real.
-            phase_elected = false;
-            fleet.kill_all().await;
-            fleet.start(false)?;
-            fleet.start(false)?;
+        if elected && Instant::now() >= switch {
+            // No election from here: two writers per cell race for real.
+            elected = false;
+            for c in &mut cells {
+                c.restart_all(false).await?;
+            }
         }
-        if now >= next_kill {
-            if !fleet.procs.is_empty() {
-                let i = rng.random_range(0..fleet.procs.len());
-                fleet.kill(i).await;
+        let now = Instant::now();
+        for c in &mut cells {
+            c.resume_due(false)?;
+            if now >= c.next_kill && !c.leader_paused() {
+                c.kill(&mut rng).await;
+                c.next_kill = next_in(&mut rng, args.kills_per_minute)
+                    .map_or_else(far_future, |d| Instant::now() + d);
             }
-            // Sometimes nobody runs for a moment: deletes then go unseen, by design.
-            let gap = if rng.random_bool(0.25) {
-                fleet.kill_all().await;
-                Duration::from_millis(rng.random_range(500..2000))
-            } else {
-                Duration::from_millis(rng.random_range(0..800))
-            };
-            tokio::time::sleep(gap).await;
-            while fleet.procs.len() < 2 {
-                fleet.start(phase_elected)?;
+            c.keep_running(elected)?;
+            c.recreate_due(now)?;
+        }
+        for c in &mut cells {
+            if now >= c.next_pause {
+                let length = Duration::from_millis(
+                    rng.random_range(args.pause_ms * 4 / 5..=args.pause_ms * 6 / 5),
+                );
+                if elected && now + length + Duration::from_secs(1) > switch {
+                    // The switch to two writers replaces every controller: a leader stopped
+                    // across it would never wake. Its turn comes after the switch.
+                    c.next_pause = switch + Duration::from_secs(1);
+                    continue;
+                }
+                c.next_pause = if pause_mid_write(c, elected, length, &mut rng).await? {
+                    next_in(&mut rng, args.pauses_per_minute)
+                        .map_or_else(far_future, |d| Instant::now() + d)
+                } else {
+                    // Nobody to stop yet (no leader elected): try again shortly.
+                    Instant::now() + Duration::from_millis(500)
+                };
             }
-            next_kill = Instant::now() + Duration::from_millis(rng.random_range(1500..6000));
         }
         if now >= next_churn {
-            if rng.random_bool(0.5) || live.len() < 10 {
-                let name = format!("late-{created}");
-                created += 1;
-                world.seed_shards(NAMESPACE, "late", created - 1..created);
-                live.insert(name);
-            } else {
-                let i = rng.random_range(0..live.len());
-                let name = live.iter().nth(i).cloned().expect("in range");
-                delete_shard(&shards_api, &name).await?;
-                live.remove(&name);
-                deleted_at.insert(name, Instant::now());
-            }
-            next_churn = Instant::now() + Duration::from_millis(rng.random_range(100..600));
+            churn(&mut cells, args, &mut created, &mut rng).await?;
+            let mean = args.churn_interval_ms;
+            next_churn =
+                Instant::now() + Duration::from_millis(rng.random_range(mean / 3..=mean * 5 / 3));
         }
         if spike_until.is_some_and(|u| now >= u) {
-            world
-                .lp()
-                .faults()
-                .set(fault_config(args.seed ^ now_nanos(start), false));
+            set_faults(&cells, args.seed ^ nanos_since(start), false);
             spike_until = None;
-        } else if spike_until.is_none() && now >= next_spike {
-            world
-                .lp()
-                .faults()
-                .set(fault_config(args.seed ^ now_nanos(start), true));
+        } else if spike_until.is_none() && now >= next_spike && args.faults.latency_ms > 0 {
+            set_faults(&cells, args.seed ^ nanos_since(start), true);
+            spikes += 1;
             spike_until = Some(now + Duration::from_millis(rng.random_range(300..1200)));
             next_spike = now + Duration::from_millis(rng.random_range(2000..5000));
         }
-        unexpected_exits.extend(fleet.reap());
-        samples.push(sample(&world, &fleet, &mut ready, phase_elected).await);
+        for c in &mut cells {
+            c.sample(elected).await;
+        }
+        if now >= next_check {
+            observer.sample(&planes(&cells));
+            next_check = now + check_every;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let injected = world
-        .lp()
-        .metrics()
-        .count(|k| k.code >= 500 || k.code == 409);
-    world.lp().faults().clear();
-
-    // Settle: the controllers that are running stay; at least one must be.
-    if fleet.procs.is_empty() {
-        fleet.start(phase_elected)?;
+    let fault_seconds = start.elapsed().as_secs_f64();
+    for c in &cells {
+        c.world.lp().faults().clear();
     }
+
+    // Settle: stopped controllers wake now, late; shards still to be made again are made; at
+    // least one controller per cell runs. Nothing is judged final before every delayed commit
+    // and every hung request of the run has run out.
     let settle_start = Instant::now();
-    let settle = Duration::from_secs(args.settle_seconds);
+    let quiet_after = commit_delay.max(request_timeout) + request_timeout + Duration::from_secs(1);
+    let settle = Duration::from_secs(args.settle_seconds).max(quiet_after);
+    let late_window = Duration::from_millis(args.pause_ms * 6 / 5)
+        + commit_delay
+        + request_timeout
+        + Duration::from_secs(2);
+    for c in &mut cells {
+        c.resume_due(true)?;
+        c.recreate_due(far_future())?;
+    }
     loop {
-        unexpected_exits.extend(fleet.reap());
-        if fleet.procs.is_empty() {
-            fleet.start(phase_elected)?;
+        for c in &mut cells {
+            c.keep_running(elected)?;
+            c.sample(elected).await;
         }
-        samples.push(sample(&world, &fleet, &mut ready, phase_elected).await);
-        let (n, done) = world.shard_progress(NAMESPACE);
-        let leftovers = leftover_claims(&world, &live);
-        let pending_releases = leftovers
-            .iter()
-            .filter(|c| !excused(&samples, deleted_at.get(*c), phase_elected))
-            .count();
-        if (n == done && pending_releases == 0) || settle_start.elapsed() > settle {
+        if Instant::now() >= next_check {
+            observer.sample(&planes(&cells));
+            next_check = Instant::now() + check_every;
+        }
+        let addressed = cells.iter().all(|c| {
+            let (n, done) = c.progress();
+            n == done && n == c.live.len()
+        });
+        let owed = observer
+            .leftovers(&planes(&cells), &facts(&cells, late_window))
+            .owed
+            .len();
+        let quiet = settle_start.elapsed() >= quiet_after;
+        if (addressed && owed == 0 && quiet) || settle_start.elapsed() > settle {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let settle_time = settle_start.elapsed();
 
-    let mut report = check(&world, &live, &deleted_at, &samples, phase_elected);
-    report.seed = args.seed;
-    report.created_during_run = created;
-    report.kills = fleet.kills;
-    report.controller_starts = fleet.starts;
-    report.unexpected_exits = unexpected_exits;
-    report.injected_failures = injected;
-    report.settle_time_seconds = settle_time.as_secs_f64();
-    fleet.kill_all().await;
-    if args.keep_logs || !report.violations().is_empty() || !report.unexpected_exits.is_empty() {
-        let dir = world.shutdown_keeping_files().await;
+    let mut report = ChaosReport {
+        seed: args.seed,
+        fault_seconds,
+        settle_time_seconds: settle_time.as_secs_f64(),
+        ..Default::default()
+    };
+    for c in &mut cells {
+        c.finish_stats();
+    }
+    let findings = observer.finish(&planes(&cells), &facts(&cells, late_window));
+    report.invariants = findings.sampled;
+    report.unaddressed = findings.unaddressed;
+    report.leftover_claims = findings.leftovers;
+    report.faults.latency_spikes = spikes;
+    report.faults.latency_ms = args.faults.latency_ms;
+    report.faults.watch_cut_after_seconds =
+        (args.faults.watch_cut_seconds > 0.0).then_some(args.faults.watch_cut_seconds);
+    for c in &cells {
+        let m = c.world.lp().metrics();
+        for (plane, injected) in m.injected_faults_by_plane() {
+            let label = if plane == faults::CELL_PLANE {
+                format!("cell {}", c.label)
+            } else {
+                plane
+            };
+            report.faults.add(label, injected);
+        }
+        report.faults.shard_watches_by_cell.insert(
+            format!("cell {}", c.label),
+            m.count(|k| k.verb == "watch" && k.resource.starts_with("egressshards.")),
+        );
+        report.cells.push(c.stats.clone());
+    }
+    let keep = args.keep_logs
+        || !report.violations().is_empty()
+        || cells.iter().any(|c| !c.stats.unexpected_exits.is_empty());
+    let mut worlds = vec![];
+    for mut c in cells {
+        c.fleet.kill_all().await;
+        worlds.push(c.world);
+    }
+    // The first world holds every cell's logs; the others are only cells.
+    let mut worlds = worlds.into_iter();
+    let first = worlds.next().expect("one cell at least");
+    for w in worlds {
+        w.shutdown().await;
+    }
+    if keep {
+        let dir = first.shutdown_keeping_files().await;
         report.log_dir = Some(dir.join("logs").display().to_string());
     } else {
-        world.shutdown().await;
+        first.shutdown().await;
     }
     Ok(report)
 }
 
-fn now_nanos(start: Instant) -> u64 {
+fn facts(cells: &[Cell], late_window: Duration) -> RunFacts<'_> {
+    RunFacts {
+        cells: cells
+            .iter()
+            .map(|c| CellFacts {
+                live: &c.live,
+                deleted: &c.deleted,
+                samples: &c.samples,
+            })
+            .collect(),
+        late_window,
+    }
+}
+
+fn nanos_since(start: Instant) -> u64 {
     start.elapsed().as_nanos() as u64
 }
 
-/// Deletes through the API (so watches see it), retrying the injected failures.
-async fn delete_shard(api: &Api<EgressShard>, name: &str) -> anyhow::Result<()> {
-    for _ in 0..50 {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+/// One churn step: new shards under one name in every cell, or in one cell a delete, or a
+/// delete and a create again under the same name.
+async fn churn(
+    cells: &mut [Cell],
+    args: &ChaosArgs,
+    created: &mut usize,
+    rng: &mut StdRng,
+) -> anyhow::Result<()> {
+    let roll: f64 = rng.random();
+    let i = rng.random_range(0..cells.len());
+    let few = cells[i].live.len() < 10;
+    if few || roll >= args.recreate_share + args.delete_share {
+        let name = format!("late-{created}");
+        *created += 1;
+        for c in cells.iter_mut() {
+            c.create(&name)?;
+            c.stats.created += 1;
         }
+        return Ok(());
     }
-    anyhow::bail!("could not delete shard {name} in 50 attempts")
-}
-
-/// Who could act now: alive, ready, and (under election) holding the lease.
-async fn sample(
-    world: &World,
-    fleet: &Fleet,
-    seen_ready: &mut HashMap<String, bool>,
-    elected: bool,
-) -> Sample {
-    let holder = world
-        .lp()
-        .cell()
-        .object(&leases_key(), Some(LEASE_NAMESPACE), LEASE_NAME)
-        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
-        .unwrap_or_default();
-    let mut acting = BTreeSet::new();
-    for c in &fleet.procs {
-        let ready = match seen_ready.get(&c.name) {
-            Some(true) => true,
-            _ => {
-                let r = c.is_ready().await;
-                seen_ready.insert(c.name.clone(), r);
-                r
-            }
+    let c = &mut cells[i];
+    let Some(name) = c.pick_live(rng) else {
+        return Ok(());
+    };
+    if roll < args.delete_share {
+        c.delete(&name).await?;
+        c.stats.deleted += 1;
+    } else {
+        let delay = if rng.random_bool(0.5) {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(rng.random_range(100..2000))
         };
-        let leads = !elected || holder == c.name || holder.starts_with(&format!("{}_", c.name));
-        if ready && leads {
-            acting.insert(c.name.clone());
-        }
+        c.recreate(&name, delay).await?;
     }
-    Sample {
-        at: Instant::now(),
-        acting,
-    }
+    Ok(())
 }
 
-/// The bounded options the CI test runs with.
+/// Stops a cell's leader (any running controller without election) in the middle of its work:
+/// a shard is made again under its name, and as soon as the claim for the new incarnation has
+/// landed in IPAM (the shard's write is next) the controller is SIGSTOPped for `length`.
+/// Whether a controller was stopped.
+async fn pause_mid_write(
+    cell: &mut Cell,
+    elected: bool,
+    length: Duration,
+    rng: &mut StdRng,
+) -> anyhow::Result<bool> {
+    let Some(target) = cell.pause_target(elected, rng) else {
+        return Ok(false);
+    };
+    let Some(name) = cell.pick_live(rng) else {
+        cell.pause(&target, length, false)?;
+        return Ok(true);
+    };
+    cell.recreate(&name, Duration::ZERO).await?;
+    let uid = cell.live.get(&name).cloned().unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut landed = false;
+    while Instant::now() < deadline {
+        if cell.holds_claim(&name, &uid) {
+            landed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cell.pause(&target, length, landed)?;
+    Ok(true)
+}
+
+/// The bounded options the CI test runs with: two cells of 60 shards, 24 s of faults at higher
+/// rates than the defaults (so each kind strikes in a short run), at most 30 s to settle.
 pub fn ci_options(seed: u64) -> ChaosArgs {
     ChaosArgs {
         seed,
-        shards: 200,
-        seconds: 40,
-        settle_seconds: 40,
+        shards: 60,
+        cells: 2,
+        seconds: 24,
+        unelected_share: 0.5,
+        settle_seconds: 30,
         concurrency: 4,
+        faults: FaultArgs {
+            before_apply_rate: 0.05,
+            conflict_rate: 0.05,
+            after_apply_rate: 0.2,
+            after_apply_outcomes: vec![Outcome::Status, Outcome::Reset, Outcome::Hang],
+            delete_commit_delay_rate: 0.4,
+            update_commit_delay_rate: 0.05,
+            commit_delay_ms: 3000,
+            latency_ms: 400,
+            watch_cut_seconds: 3.0,
+            request_timeout: "2s".into(),
+        },
+        kills_per_minute: 15.0,
+        pauses_per_minute: 10.0,
+        pause_ms: 5000,
+        churn_interval_ms: 300,
+        recreate_share: 0.4,
+        delete_share: 0.25,
+        check_interval_ms: 400,
         controller_bin: None,
         keep_logs: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        chaos: ChaosArgs,
+    }
+
+    #[test]
+    fn the_defaults_run_two_cells_with_every_disruption() {
+        let a = Cli::try_parse_from(["chaos"]).unwrap().chaos;
+        a.validate().unwrap();
+        assert_eq!(a.cells, 2);
+        assert!(a.kills_per_minute > 0.0 && a.pauses_per_minute > 0.0);
+        assert!(a.recreate_share > 0.0 && a.delete_share > 0.0);
+        assert!(
+            a.pause_ms * 4 / 5 > LEASE.as_millis() as u64,
+            "a stopped leader wakes after its lease ran out"
+        );
+        ci_options(7).validate().unwrap();
+        assert!(Cli::try_parse_from(["chaos", "--cells=3"]).is_err());
+        let bad = Cli::try_parse_from(["chaos", "--recreate-share=0.8", "--delete-share=0.5"])
+            .unwrap()
+            .chaos;
+        assert!(bad.validate().is_err());
+        let bad = Cli::try_parse_from(["chaos", "--unelected-share=1.5"])
+            .unwrap()
+            .chaos;
+        assert!(bad.validate().is_err());
     }
 }

@@ -2,7 +2,9 @@
 //! Needs the `egress-address-controller` binary of the same profile (built by
 //! `cargo test --workspace`).
 
-use egress_address_cli::bench::{BenchArgs, measure};
+use egress_address_cli::bench::churn::{self, ChurnArgs};
+use egress_address_cli::bench::outage::{self, Down, OutageArgs};
+use egress_address_cli::bench::{BenchArgs, Common, Objects, measure};
 use egress_address_cli::fleet::locate_controller;
 
 use crate::common::one_fleet_at_a_time;
@@ -20,6 +22,7 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
         controller_bin: None,
         run_timeout_seconds: 120,
         output: None,
+        objects: Objects::Production,
     };
     let bin = locate_controller(None).expect("the controller binary is built");
     let report = measure(&args, &bin).await.expect("the bench runs");
@@ -76,4 +79,71 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
         "{md}"
     );
     assert!(md.contains("| 40 | 4 |"), "{md}");
+}
+
+fn common() -> Common {
+    Common {
+        controller_bin: None,
+        objects: Objects::Production,
+        output: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_times_every_new_shard_on_both_sides() {
+    let _turn = one_fleet_at_a_time().await;
+    let args = ChurnArgs {
+        common: common(),
+        shards: 20,
+        rate: 10.0,
+        seconds: 1,
+        concurrency: 2,
+        repeat: 1,
+        run_timeout_seconds: 120,
+    };
+    let bin = locate_controller(None).expect("the controller binary is built");
+    let report = churn::measure(&args, &bin).await.expect("the churn runs");
+    eprintln!("{}", report.markdown());
+    for (side, waits) in [("controller", &report.controller), ("ideal", &report.ideal)] {
+        assert_eq!(waits.waits.len(), 10, "{side}: every new shard was timed");
+        assert_eq!(waits.unaddressed, 0, "{side}");
+        assert!(waits.quantile(0.5) <= waits.quantile(0.99), "{side}");
+    }
+    // Two requests per new shard (claim, update), whatever the drift check adds: it waits a
+    // whole interval (an hour) before its first read.
+    assert_eq!(report.controller_requests_per_shard, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_costs_a_probe_per_interval_and_every_shard_is_addressed_after() {
+    let _turn = one_fleet_at_a_time().await;
+    let args = OutageArgs {
+        common: common(),
+        pending: 40,
+        outage_seconds: 3,
+        down: Down::Reset,
+        concurrency: 4,
+        probe_interval_seconds: 0.5,
+        no_ideal: true,
+        run_timeout_seconds: 120,
+    };
+    let bin = locate_controller(None).expect("the controller binary is built");
+    let report = outage::measure(&args, &bin).await.expect("the outage runs");
+    eprintln!("{}", report.markdown());
+    assert_eq!(report.per_second.len(), 3, "one count per second of outage");
+    // The breaker opens after 5 failures in a row (up to 4 more were already in flight), then
+    // one probe per half second.
+    let attempts = report.attempts();
+    assert!(attempts >= 5, "the outage was seen: {attempts}");
+    assert!(attempts <= 5 + 4 + 3 * 2 + 1, "{:?}", report.per_second);
+    assert_eq!(report.addressed, 40);
+    assert!(report.converged.is_some());
+    assert!(report.first_answer.is_some());
+    // Every shard claims once after the outage (plus a handful of retries for the shards whose
+    // attempts failed before the breaker opened, all answered 2xx/409 now).
+    assert!(
+        (40..=40 + 9).contains(&report.recovery_requests),
+        "{}",
+        report.recovery_requests
+    );
 }

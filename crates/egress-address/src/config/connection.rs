@@ -47,6 +47,14 @@ pub type Build = Arc<dyn Fn(PathBuf) -> BoxFuture<'static, Result<Endpoint, Erro
 /// `None` when no answer came (refused, timed out, cut).
 pub type RequestObserver = Arc<dyn Fn(&Method, &str, Option<StatusCode>) + Send + Sync>;
 
+/// The observer that counts every request in `rest_client_requests_total`.
+pub fn counted_by(metrics: &crate::metrics::Metrics) -> RequestObserver {
+    let metrics = metrics.clone();
+    Arc::new(move |method, host, status| {
+        metrics.rest_request(method.as_str(), host, status.map(|s| s.as_u16()))
+    })
+}
+
 /// A client and the server it talks to.
 #[derive(Clone)]
 pub struct Endpoint {

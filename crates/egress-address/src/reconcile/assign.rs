@@ -5,7 +5,6 @@ use tracing::{error, info, warn};
 
 use super::{Context, Next, Note, reason};
 use crate::Error;
-use crate::config::settings::write_params;
 use crate::ipam::claim::{ClaimError, ClaimFailure, claim};
 use crate::ipam::holding::{HolderKind, Holding};
 use crate::ipam::spec::ClaimRequest;
@@ -56,13 +55,7 @@ pub(super) async fn claim_and_assign(
         return Err(not_leader);
     }
     let updated = assign(shard, &holding, &s.platform_project);
-    let written = ctx
-        .timed(
-            ctx.shards(&key.namespace)
-                .replace(&key.name, &write_params(), &updated),
-        )
-        .await
-        .map(|_| ());
+    let written = ctx.replace_shard(key, &updated).await;
     // A 4xx proves the write was not made; anything else may have been applied.
     let maybe_applied = match &written {
         Ok(()) => true,

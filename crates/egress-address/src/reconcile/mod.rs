@@ -24,7 +24,7 @@ use crate::ipam::Ipam;
 use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
 use crate::metrics::Metrics;
 use crate::shard::decide::{Decision, decide, mark_served};
-use crate::shard::{ShardKey, ShardMemory, ShardState};
+use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
 
 pub use note::{Note, reason};
 
@@ -65,7 +65,7 @@ pub struct Context {
     pub cell_id: String,
     pub cell: Client,
     pub ipam: Ipam,
-    pub store: Store<EgressShard>,
+    pub store: Store<CachedShard>,
     pub memory: Arc<ShardMemory>,
     pub gate: Arc<dyn WriteGate>,
     pub metrics: Metrics,
@@ -100,6 +100,19 @@ impl Context {
                 .into(),
             )),
         }
+    }
+
+    /// PUTs `shard` as the new state of `key`, conditional on the resourceVersion it carries. The
+    /// answer (the whole shard again, managedFields and all) is read but not decoded: nothing
+    /// uses it, and the watch brings the same object to the cache anyway.
+    async fn replace_shard(&self, key: &ShardKey, shard: &EgressShard) -> Result<(), kube::Error> {
+        let body = serde_json::to_vec(shard).map_err(kube::Error::SerdeError)?;
+        let url = <EgressShard as kube::Resource>::url_path(&(), Some(&key.namespace));
+        let mut req = kube::core::Request::new(url)
+            .replace(&key.name, &write_params(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("replace");
+        self.timed(self.cell.request_text(req)).await.map(drop)
     }
 
     /// The shard as the API server has it now, or `None` when it does not exist.
@@ -153,12 +166,13 @@ async fn reconcile_key(
     for gone in ctx.memory.gone(key) {
         release::gone(ctx, key, &gone).await?;
     }
-    let shard = match ctx
+    let cached = ctx
         .store
         .get(&ObjectRef::new(&key.name).within(&key.namespace))
-    {
+        .and_then(|c| c.shard());
+    let shard = match cached {
         Some(cached) if ctx.memory.is_stale(key, &cached) => return Ok(Next::Done),
-        Some(cached) => (*cached).clone(),
+        Some(cached) => cached,
         // Absent from the cache is not proof of absence: only the API server's NotFound is.
         None => match ctx.read_live(key).await? {
             Some(live) => live,
@@ -180,16 +194,12 @@ async fn reconcile_key(
         }
         Decision::MarkServed => {
             ctx.may_write()?;
-            ctx.timed(ctx.shards(&key.namespace).replace(
-                &key.name,
-                &write_params(),
-                &mark_served(&shard),
-            ))
-            .await
-            .map_err(|source| Error::MarkServed {
-                shard: key.name.clone(),
-                source,
-            })?;
+            ctx.replace_shard(key, &mark_served(&shard))
+                .await
+                .map_err(|source| Error::MarkServed {
+                    shard: key.name.clone(),
+                    source,
+                })?;
             ctx.memory
                 .wrote_over(key, shard.metadata.resource_version.as_deref());
             ctx.memory.set_state(key, ShardState::observed(&shard));

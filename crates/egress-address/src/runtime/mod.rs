@@ -16,7 +16,6 @@ pub mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_api::shard::EgressShard;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector;
@@ -32,7 +31,7 @@ use crate::ipam::breaker::Breaker;
 use crate::kube_status::{is_unauthorized, transport_cause};
 use crate::metrics::{Metrics, QueueLoad};
 use crate::reconcile::Context;
-use crate::shard::{ShardKey, ShardMemory};
+use crate::shard::{CachedShard, ShardKey, ShardMemory};
 use activity::Activity;
 use events::Notifier;
 use leader::{Elector, LeaderToken};
@@ -220,7 +219,7 @@ impl Controller {
         metrics.set_leader(leader.is_leader());
         metrics.set_max_concurrent_reconciles(settings.concurrency);
 
-        let (store, writer) = reflector::store::<EgressShard>();
+        let (store, writer) = reflector::store::<CachedShard>();
         let queue = WorkQueue::<ShardKey>::start_observed(
             activity.clone(),
             Arc::new(QueueMetrics(metrics.clone())),

@@ -19,13 +19,13 @@ use super::leader::LeaderToken;
 use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
 use crate::kube_status::{is_unauthorized, transport_cause};
-use crate::shard::{ShardKey, ShardMemory};
+use crate::shard::{CachedShard, ShardKey, ShardMemory};
 
 /// What the watch task works with.
 pub struct Watch {
     pub api: Api<EgressShard>,
-    pub store: Store<EgressShard>,
-    pub writer: Writer<EgressShard>,
+    pub store: Store<CachedShard>,
+    pub writer: Writer<CachedShard>,
     pub memory: Arc<ShardMemory>,
     pub queue: Arc<WorkQueue<ShardKey>>,
     pub leader: LeaderToken,
@@ -50,7 +50,7 @@ impl Watch {
     pub async fn run(mut self, stop: CancellationToken) {
         let mut stream = watcher(self.api.clone(), watcher::Config::default())
             .default_backoff()
-            .modify(forget_managed_fields)
+            .modify(crate::shard::cached::trim)
             .into_stream()
             .boxed();
         let mut listing: HashSet<ShardKey> = HashSet::new();
@@ -93,9 +93,10 @@ impl Watch {
                     // A shard deleted while the watch was down shows only as a missing entry;
                     // the store still holds its last state until InitDone is applied.
                     for old in self.store.state() {
-                        let key = ShardKey::of(&old);
+                        let key = old.key();
                         if !listing.contains(&key) {
-                            self.memory.observe_deleted(&key, Some(&old), None);
+                            self.memory
+                                .observe_deleted(&key, old.shard().as_ref(), None);
                             ready.push(key);
                         }
                     }
@@ -116,18 +117,23 @@ impl Watch {
                     ready.push(key);
                 }
             }
-            self.writer.apply_watcher_event(&event);
+            let rv = match &event {
+                watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+                    s.metadata.resource_version.clone()
+                }
+                _ => None,
+            };
+            let synced = matches!(event, watcher::Event::InitDone);
+            self.writer.apply_watcher_event(&cached(event));
             for key in ready {
                 self.queue_if_leading(key);
             }
-            if let watcher::Event::Apply(s) | watcher::Event::Delete(s) = &event
-                && let Some(rv) = s.metadata.resource_version.as_deref()
-            {
+            if let Some(rv) = rv.as_deref() {
                 self.activity.observed(rv);
             }
             // Ready only once the listed shards are queued: whoever waits for readiness and
             // then for an idle queue sees the listed shards worked off.
-            if matches!(event, watcher::Event::InitDone) && !self.readiness.is_synced() {
+            if synced && !self.readiness.is_synced() {
                 info!(
                     shards = self.store.state().len(),
                     "the first full list of shards is cached"
@@ -138,11 +144,15 @@ impl Watch {
     }
 }
 
-/// The cache keeps no `managedFields`: nothing reads them, and on a real apiserver they are a
-/// good part of every object. Dropped, not emptied: an update without `managedFields` leaves the
-/// server's record as it is, where an empty list would wipe every manager's ownership.
-pub fn forget_managed_fields(shard: &mut EgressShard) {
-    shard.metadata.managed_fields = None;
+/// The event as the cache stores it (see [`CachedShard`]).
+fn cached(event: watcher::Event<EgressShard>) -> watcher::Event<CachedShard> {
+    match event {
+        watcher::Event::Apply(s) => watcher::Event::Apply(CachedShard::new(s)),
+        watcher::Event::Delete(s) => watcher::Event::Delete(CachedShard::new(s)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(CachedShard::new(s)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
@@ -158,7 +168,7 @@ fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
 /// leader may have left work unfinished. A leader that loses the lease drops its queue.
 pub async fn follow_leadership(
     leader: LeaderToken,
-    store: Store<EgressShard>,
+    store: Store<CachedShard>,
     memory: Arc<ShardMemory>,
     queue: Arc<WorkQueue<ShardKey>>,
     activity: Arc<Activity>,
@@ -170,7 +180,7 @@ pub async fn follow_leadership(
         let leading = *rx.borrow_and_update() && leader.is_leader();
         if leading && !was_leader {
             for shard in store.state() {
-                queue.add(ShardKey::of(&shard));
+                queue.add(shard.key());
             }
             for key in memory.keys_with_deletions() {
                 queue.add(key);
@@ -184,31 +194,5 @@ pub async fn follow_leadership(
             _ = stop.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-
-    #[test]
-    fn managed_fields_are_dropped_not_emptied() {
-        let mut shard = EgressShard::new("s", Default::default());
-        shard.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-            manager: Some("kubectl".into()),
-            ..Default::default()
-        }]);
-        shard.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
-        forget_managed_fields(&mut shard);
-        let json = serde_json::to_value(&shard).unwrap();
-        assert!(
-            json["metadata"].get("managedFields").is_none(),
-            "an update must not carry managedFields: {json}"
-        );
-        assert_eq!(
-            json["metadata"]["annotations"]["a"], "b",
-            "nothing else is dropped"
-        );
     }
 }

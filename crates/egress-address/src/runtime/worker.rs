@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, error, info};
 
@@ -20,7 +21,7 @@ use crate::logs::{object_ref, reconcile_id};
 use crate::metrics::{CONTROLLER, Metrics, ReconcileResult};
 use crate::reconcile::drift::{self, Checked};
 use crate::reconcile::{Context, Next, reconcile};
-use crate::shard::ShardKey;
+use crate::shard::{CachedShard, ShardKey, ShardState};
 
 /// What every worker shares.
 pub struct Workers {
@@ -209,8 +210,19 @@ pub async fn guarded<T>(fut: impl Future<Output = T>) -> Result<T, String> {
         })
 }
 
+/// How soon the drift pacer looks again when no shard is addressed yet.
+const NOTHING_TO_CHECK_LOOK: Duration = Duration::from_secs(10);
+
 /// Checks every addressed shard's holder once per `every`, one shard at a time, evenly spaced:
 /// IPAM sees a steady trickle (one read per shard per interval), never a burst.
+///
+/// A pass is the list of shards addressed when it began, by key: each is read from the cache
+/// when its turn comes, so a shard deleted meanwhile is skipped (its claim is being released; a
+/// check would call that drift) and the pass holds no old copies of the objects. The gap
+/// before each check is `every` over the shards addressed *now*, so a cell that grows during a
+/// pass is paced for its new size at once, and a shard is never checked more than once per
+/// interval on average. Every check waits one gap first: a shard is not read the moment it
+/// was addressed, and a controller that just started sends nothing at once.
 pub async fn drift_pacer(
     ctx: Arc<Context>,
     notifier: Notifier,
@@ -219,45 +231,64 @@ pub async fn drift_pacer(
     every: Duration,
     stop: CancellationToken,
 ) {
+    let mut pass: std::collections::VecDeque<ShardKey> = Default::default();
+    let (mut holds, mut drifted, mut unknown) = (0usize, 0usize, 0usize);
     loop {
-        let shards: Vec<_> = ctx
-            .store
-            .state()
-            .into_iter()
-            .filter(|s| {
-                !s.spec.shard_address_ipv6.is_empty()
-                    && s.spec.shard_address_ipv6_claim_ref.is_some()
-            })
-            .collect();
-        let step = pace(every, shards.len());
-        let (mut holds, mut drifted, mut unknown) = (0usize, 0usize, 0usize);
-        for shard in &shards {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(step) => {}
+        if pass.is_empty() {
+            if holds + drifted + unknown > 0 {
+                info!(holds, drifted, unknown, "drift check pass done");
+                (holds, drifted, unknown) = (0, 0, 0);
             }
-            if !leader.is_leader() || !readiness.is_synced() {
+            pass = checkable(&ctx.store);
+            if pass.is_empty() {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(NOTHING_TO_CHECK_LOOK.min(every)) => {}
+                }
                 continue;
             }
-            match drift::check(&ctx, shard).await {
-                Checked::Holds => holds += 1,
-                Checked::Drifted(note) => {
-                    drifted += 1;
-                    notifier.publish(*note);
-                }
-                Checked::Unknown => unknown += 1,
-                Checked::Skipped => {}
-            }
         }
-        if shards.is_empty() {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(step) => {}
+        let addressed = usize::try_from(ctx.memory.count(ShardState::Addressed)).unwrap_or(0);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(pace(every, addressed.max(pass.len()).max(1))) => {}
+        }
+        let Some(key) = pass.pop_front() else {
+            continue;
+        };
+        if !leader.is_leader() || !readiness.is_synced() {
+            continue;
+        }
+        let Some(shard) = ctx
+            .store
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .and_then(|c| c.shard())
+        else {
+            continue;
+        };
+        match drift::check(&ctx, &shard).await {
+            Checked::Holds => holds += 1,
+            Checked::Drifted(note) => {
+                drifted += 1;
+                notifier.publish(*note);
             }
-        } else {
-            info!(holds, drifted, unknown, "drift check pass done");
+            Checked::Unknown => unknown += 1,
+            Checked::Skipped => {}
         }
     }
+}
+
+/// The keys of the cached shards that carry an address and a ref: what a pass checks.
+fn checkable(store: &Store<CachedShard>) -> std::collections::VecDeque<ShardKey> {
+    store
+        .state()
+        .iter()
+        .filter_map(|c| c.shard())
+        .filter(|s| {
+            !s.spec.shard_address_ipv6.is_empty() && s.spec.shard_address_ipv6_claim_ref.is_some()
+        })
+        .map(|s| ShardKey::of(&s))
+        .collect()
 }
 
 /// The gap between two checks when `n` shards share `every`.

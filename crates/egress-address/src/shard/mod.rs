@@ -1,11 +1,13 @@
 //! Shards as this controller sees them: their key, what they need ([`decide`]), and everything
 //! remembered about them between reconciles ([`memory`]). Pure: no I/O.
 
+pub mod cached;
 pub mod decide;
 pub mod memory;
 
 use egress_api::shard::EgressShard;
 
+pub use cached::CachedShard;
 pub use memory::{Gone, ShardMemory};
 
 /// A shard's namespace and name: the unit of work.

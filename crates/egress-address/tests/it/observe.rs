@@ -5,10 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
-use egress_address::config::connection::RequestObserver;
 use egress_address::config::kubeconfig::{Transport, following_cell_client};
 use egress_address::ipam::following_ipam_client;
 use egress_address::metrics::{ReconcileResult, encode};
@@ -703,12 +701,7 @@ async fn the_metric_table_of_the_runbook_is_what_is_emitted() {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     // Built as main builds it: both planes through the connection layer that counts requests.
-    let observe: RequestObserver = {
-        let metrics = metrics.clone();
-        Arc::new(move |method, host, status| {
-            metrics.rest_request(method.as_str(), host, status.map(|s| s.as_u16()))
-        })
-    };
+    let observe = egress_address::config::connection::counted_by(&metrics);
     let kubeconfig = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
     let (cell, _) = following_cell_client(
         Some(&kubeconfig),

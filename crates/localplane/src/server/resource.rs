@@ -118,7 +118,9 @@ impl Count {
     }
 
     fn fail(&self, f: Failure) -> Reply {
-        self.shared.metrics.record_failure(f.when, f.outcome);
+        self.shared
+            .metrics
+            .record_failure(&self.plane, f.when, f.outcome);
         match f.outcome {
             FaultOutcome::Status => self.answer(Err(f.status)),
             FaultOutcome::Reset => self.silence(Silence::Reset),
@@ -176,7 +178,7 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     if decision.commit_delay.is_zero() {
         return settle(&count, &call, &body, after);
     }
-    count.shared.metrics.record_delayed_commit();
+    count.shared.metrics.record_delayed_commit(&count.plane);
     let delay = decision.commit_delay;
     let late = count.clone();
     // Spawned, not awaited in place: axum drops this handler when the client disconnects, and

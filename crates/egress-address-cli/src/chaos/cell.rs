@@ -1,0 +1,439 @@
+//! One cell of a chaos run: its world, its controllers and what is done to them (SIGKILL,
+//! SIGSTOP/SIGCONT), its shards and their churn, and the samples of who could act.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use egress_address::ipam::naming::{ANNOTATION_SHARD_UID, claim_name};
+use egress_api::shard::EgressShard;
+use kube::Api;
+use kube::api::{DeleteParams, Preconditions};
+use localplane::Plane;
+use localplane::testing::{
+    CLAIM_NAMESPACE, World, claims_key, leases_key, shard_object, shards_key,
+};
+use rand::Rng;
+use rand::rngs::StdRng;
+use serde::Serialize;
+
+use super::invariants::{Deletion, NAMESPACE, Sample};
+use crate::fleet::Fleet;
+
+/// The lease the controllers elect their leader with, in the cell's `default` namespace.
+const LEASE_NAMESPACE: &str = "default";
+const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
+
+/// How many controllers run at once in a cell (not counting a stopped one).
+pub const RUNNING: usize = 2;
+
+/// What happened to one cell during a run.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CellStats {
+    pub label: String,
+    pub cell_id: String,
+    pub shards_at_start: usize,
+    pub live_shards: usize,
+    /// Shards made under new names during the run (in every cell under the same names).
+    pub created: usize,
+    /// Shards deleted and not made again.
+    pub deleted: usize,
+    /// Shards deleted and made again under the same name (a new incarnation).
+    pub recreated: usize,
+    /// Of those, made again while the earlier incarnation's claim was still in IPAM: its release
+    /// was still to come or in flight.
+    pub recreated_while_claim_held: usize,
+    pub controller_starts: usize,
+    pub kills: usize,
+    /// SIGSTOPs, each followed by a SIGCONT.
+    pub pauses: usize,
+    /// Pauses that struck between a claim create landing and the shard's write.
+    pub pauses_mid_write: usize,
+    /// Leaders paused until another controller had taken the lease: they woke with requests
+    /// of a leader that was no more.
+    pub pauses_past_lease: usize,
+    /// 422 answers on egressshards: writes the API server had to refuse as write-once.
+    pub write_once_rejections: u64,
+    /// Controllers that exited without being killed (their logs say why).
+    pub unexpected_exits: Vec<String>,
+}
+
+/// A stopped controller and what to check when it wakes.
+struct Pause {
+    until: Instant,
+    /// The lease holder when it was stopped: itself, if it led.
+    was_leader: bool,
+}
+
+/// A shard to make again under its name.
+struct Recreate {
+    due: Instant,
+    name: String,
+    old_uid: String,
+}
+
+pub struct Cell {
+    pub label: String,
+    pub world: World,
+    /// The platform project's plane, where this cell's claims are.
+    platform: Plane,
+    pub id: String,
+    pub fleet: Fleet,
+    pub stats: CellStats,
+    /// Who could act, every tick of the run.
+    pub samples: Vec<Sample>,
+    /// Shard name -> uid of the incarnation the run made and has not deleted.
+    pub live: BTreeMap<String, String>,
+    /// Shard uid -> when the run deleted it.
+    pub deleted: BTreeMap<String, Deletion>,
+    ready: HashMap<String, bool>,
+    paused: BTreeMap<String, Pause>,
+    recreates: Vec<Recreate>,
+    /// After a kill of every controller, when they come back.
+    restart_at: Option<Instant>,
+    pub next_kill: Instant,
+    pub next_pause: Instant,
+    api: Api<EgressShard>,
+}
+
+impl Cell {
+    /// Cell `label` of `world`, whose controllers claim from `platform` (IPAM's plane: this
+    /// world's own, or another cell's).
+    pub fn new(label: &str, world: World, platform: Plane, fleet: Fleet) -> Cell {
+        let id = world.lp().cell_uid();
+        world.lp().cell().ensure_namespace(NAMESPACE);
+        let api = Api::namespaced(world.cell(), NAMESPACE);
+        Cell {
+            label: label.into(),
+            stats: CellStats {
+                label: label.into(),
+                cell_id: id.clone(),
+                ..Default::default()
+            },
+            world,
+            platform,
+            id,
+            fleet,
+            samples: vec![],
+            live: BTreeMap::new(),
+            deleted: BTreeMap::new(),
+            ready: HashMap::new(),
+            paused: BTreeMap::new(),
+            recreates: vec![],
+            restart_at: None,
+            next_kill: Instant::now(),
+            next_pause: Instant::now(),
+            api,
+        }
+    }
+
+    /// Makes shard `name` straight in the store (no request, so no fault and no watch lag of
+    /// the harness itself); the new incarnation's uid.
+    pub fn create(&mut self, name: &str) -> anyhow::Result<String> {
+        let stored = self
+            .world
+            .lp()
+            .cell()
+            .apply_object(shard_object(NAMESPACE, name))
+            .map_err(|e| anyhow::anyhow!("creating shard {name} in cell {}: {e:?}", self.label))?;
+        let uid = stored["metadata"]["uid"]
+            .as_str()
+            .context("a stored shard has a uid")?
+            .to_string();
+        self.live.insert(name.into(), uid.clone());
+        Ok(uid)
+    }
+
+    /// Deletes live shard `name` through the API (so the controllers' watches see it as a user's
+    /// delete), exactly the incarnation the run made (a uid precondition); its uid.
+    pub async fn delete(&mut self, name: &str) -> anyhow::Result<String> {
+        let uid = self
+            .live
+            .remove(name)
+            .with_context(|| format!("shard {name} is not live in cell {}", self.label))?;
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        // The harness's own requests meet the injected faults too: each attempt is bounded (a
+        // hung answer) and retried until the shard is gone.
+        for _ in 0..100 {
+            match tokio::time::timeout(Duration::from_secs(3), self.api.delete(name, &dp)).await {
+                Ok(Ok(_)) => {
+                    self.note_deleted(&uid);
+                    return Ok(uid);
+                }
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
+                    self.note_deleted(&uid);
+                    return Ok(uid);
+                }
+                Ok(Err(kube::Error::Api(s))) if s.code == 409 && s.reason == "Conflict" => {
+                    anyhow::bail!(
+                        "deleting shard {name} (uid {uid}) in cell {}: another incarnation is stored: {}",
+                        self.label,
+                        s.message
+                    );
+                }
+                _ => {
+                    // Applied before its answer was lost: then the next attempt gets 404.
+                    let stored =
+                        self.world
+                            .lp()
+                            .cell()
+                            .object(&shards_key(), Some(NAMESPACE), name);
+                    if stored.is_none_or(|s| s["metadata"]["uid"].as_str() != Some(&uid)) {
+                        self.note_deleted(&uid);
+                        return Ok(uid);
+                    }
+                }
+            }
+        }
+        anyhow::bail!(
+            "could not delete shard {name} in cell {} in 100 attempts",
+            self.label
+        )
+    }
+
+    fn note_deleted(&mut self, uid: &str) {
+        let d = Deletion {
+            at: Instant::now(),
+            platform_rv: self.platform.resource_version(),
+        };
+        self.deleted.insert(uid.to_string(), d);
+    }
+
+    /// Deletes `name` and makes it again after `delay` (at once when zero).
+    pub async fn recreate(&mut self, name: &str, delay: Duration) -> anyhow::Result<()> {
+        let old_uid = self.delete(name).await?;
+        self.recreates.push(Recreate {
+            due: Instant::now() + delay,
+            name: name.into(),
+            old_uid,
+        });
+        self.recreate_due(Instant::now())
+    }
+
+    /// Makes again the shards whose time has come; the uids of the new incarnations.
+    pub fn recreate_due(&mut self, now: Instant) -> anyhow::Result<()> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.recreates)
+            .into_iter()
+            .partition(|r| r.due <= now);
+        self.recreates = later;
+        for r in due {
+            if self.holds_claim(&r.name, &r.old_uid) {
+                self.stats.recreated_while_claim_held += 1;
+            }
+            self.create(&r.name)?;
+            self.stats.recreated += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether IPAM still holds the claim this cell's controllers made for incarnation `uid` of
+    /// shard `name`.
+    pub fn holds_claim(&self, name: &str, uid: &str) -> bool {
+        self.platform
+            .object(
+                &claims_key(),
+                Some(CLAIM_NAMESPACE),
+                &claim_name(&self.id, NAMESPACE, name),
+            )
+            .is_some_and(|c| {
+                c["metadata"]["annotations"][ANNOTATION_SHARD_UID].as_str() == Some(uid)
+            })
+    }
+
+    /// A uniformly chosen live shard.
+    pub fn pick_live(&self, rng: &mut StdRng) -> Option<String> {
+        if self.live.is_empty() {
+            return None;
+        }
+        let i = rng.random_range(0..self.live.len());
+        self.live.keys().nth(i).cloned()
+    }
+
+    fn lease_holder(&self) -> String {
+        self.world
+            .lp()
+            .cell()
+            .object(&leases_key(), Some(LEASE_NAMESPACE), LEASE_NAME)
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    fn holds(holder: &str, name: &str) -> bool {
+        holder == name || holder.starts_with(&format!("{name}_"))
+    }
+
+    fn running(&self) -> impl Iterator<Item = &crate::fleet::Controller> {
+        self.fleet
+            .procs
+            .iter()
+            .filter(|c| !self.paused.contains_key(&c.name))
+    }
+
+    /// SIGKILLs one running (not stopped) controller at random; sometimes every one, leaving the
+    /// cell without a controller for 0.5–2 s (deletes then go unseen, by design).
+    pub async fn kill(&mut self, rng: &mut StdRng) {
+        let running: Vec<String> = self.running().map(|c| c.name.clone()).collect();
+        if running.is_empty() {
+            return;
+        }
+        let all = rng.random_bool(0.25);
+        let chosen = if all {
+            running
+        } else {
+            vec![running[rng.random_range(0..running.len())].clone()]
+        };
+        for name in chosen {
+            if let Some(i) = self.fleet.procs.iter().position(|c| c.name == name) {
+                self.fleet.kill(i).await;
+            }
+        }
+        let gap = if all {
+            Duration::from_millis(rng.random_range(500..2000))
+        } else {
+            Duration::from_millis(rng.random_range(0..800))
+        };
+        self.restart_at = Some(Instant::now() + gap);
+    }
+
+    /// Keeps [`RUNNING`] controllers running once any restart gap is over.
+    pub fn keep_running(&mut self, elected: bool) -> anyhow::Result<()> {
+        if self.restart_at.is_some_and(|t| Instant::now() < t) {
+            return Ok(());
+        }
+        self.restart_at = None;
+        while self.running().count() < RUNNING {
+            self.fleet.start(elected)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces every controller (stopped ones too) with [`RUNNING`] new ones, with or without
+    /// election.
+    pub async fn restart_all(&mut self, elected: bool) -> anyhow::Result<()> {
+        self.paused.clear();
+        self.fleet.kill_all().await;
+        self.restart_at = None;
+        self.keep_running(elected)
+    }
+
+    /// The controller to stop: the lease holder under election, else any running one.
+    pub fn pause_target(&self, elected: bool, rng: &mut StdRng) -> Option<String> {
+        let running: Vec<&str> = self.running().map(|c| c.name.as_str()).collect();
+        if elected {
+            let holder = self.lease_holder();
+            running
+                .into_iter()
+                .find(|n| Self::holds(&holder, n))
+                .map(str::to_string)
+        } else if running.is_empty() {
+            None
+        } else {
+            Some(running[rng.random_range(0..running.len())].to_string())
+        }
+    }
+
+    /// SIGSTOPs controller `name` for `length`.
+    pub fn pause(&mut self, name: &str, length: Duration, mid_write: bool) -> anyhow::Result<()> {
+        let Some(c) = self.fleet.procs.iter().find(|c| c.name == name) else {
+            return Ok(());
+        };
+        let was_leader = Self::holds(&self.lease_holder(), name);
+        c.pause()?;
+        self.stats.pauses += 1;
+        if mid_write {
+            self.stats.pauses_mid_write += 1;
+        }
+        self.paused.insert(
+            name.into(),
+            Pause {
+                until: Instant::now() + length,
+                was_leader,
+            },
+        );
+        Ok(())
+    }
+
+    /// SIGCONTs the stopped controllers whose time is up (all of them with `all`).
+    pub fn resume_due(&mut self, all: bool) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .paused
+            .iter()
+            .filter(|(_, p)| all || p.until <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let holder = self.lease_holder();
+        for name in due {
+            let p = self.paused.remove(&name).expect("listed above");
+            if p.was_leader && !Self::holds(&holder, &name) && !holder.is_empty() {
+                self.stats.pauses_past_lease += 1;
+            }
+            if let Some(c) = self.fleet.procs.iter().find(|c| c.name == name) {
+                c.resume()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this cell's leader is stopped right now: kills wait, so that the stop is what
+    /// the other controller has to take over from.
+    pub fn leader_paused(&self) -> bool {
+        self.paused.values().any(|p| p.was_leader)
+    }
+
+    /// Notes controllers that exited on their own, and samples who could act now: alive, ready,
+    /// not stopped, and (under election) holding the lease.
+    pub async fn sample(&mut self, elected: bool) {
+        for name in self.fleet.reap() {
+            self.paused.remove(&name);
+            self.stats.unexpected_exits.push(name);
+        }
+        let holder = self.lease_holder();
+        let mut acting = BTreeSet::new();
+        let candidates: Vec<(String, u16)> = self
+            .running()
+            .map(|c| (c.name.clone(), c.health_port))
+            .collect();
+        for (name, port) in candidates {
+            let ready = match self.ready.get(&name) {
+                Some(true) => true,
+                _ => {
+                    let r = crate::fleet::http_status(port, "/ready").await == Some(200);
+                    self.ready.insert(name.clone(), r);
+                    r
+                }
+            };
+            if ready && (!elected || Self::holds(&holder, &name)) {
+                acting.insert(name);
+            }
+        }
+        self.samples.push(Sample {
+            at: Instant::now(),
+            acting,
+        });
+    }
+
+    /// Shards stored and addressed in this cell.
+    pub fn progress(&self) -> (usize, usize) {
+        self.world.shard_progress(NAMESPACE)
+    }
+
+    /// The final figures of this cell.
+    pub fn finish_stats(&mut self) {
+        self.stats.controller_starts = self.fleet.starts;
+        self.stats.kills = self.fleet.kills;
+        self.stats.live_shards = self.live.len();
+        self.stats.write_once_rejections = self
+            .world
+            .lp()
+            .metrics()
+            .count(|k| k.code == 422 && k.resource.starts_with("egressshards."));
+    }
+}
