@@ -38,11 +38,23 @@ pub fn builder() -> LocalPlaneBuilder {
 }
 
 pub async fn serve(b: LocalPlaneBuilder) -> Running {
-    b.build()
-        .expect("localplane builds")
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("localplane serves")
+    started(b, false).await
+}
+
+/// As [`serve`], over TLS: kubectl and the Python client verify the cell's certificate.
+pub async fn serve_tls(b: LocalPlaneBuilder) -> Running {
+    started(b, true).await
+}
+
+async fn started(b: LocalPlaneBuilder, tls: bool) -> Running {
+    let lp = b.build().expect("localplane builds");
+    let addr = "127.0.0.1:0".parse().unwrap();
+    let served = if tls {
+        lp.serve_tls(addr).await
+    } else {
+        lp.serve(addr).await
+    };
+    served.expect("localplane serves")
 }
 
 /// A raw HTTP request, for asserting on wire details kube hides.

@@ -52,6 +52,12 @@ impl Kubectl {
         assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
         out
     }
+
+    /// Applies [`SHARD`], which most tests start from, and answers kubectl's output.
+    async fn apply_shard(&self) -> String {
+        let f = write(self.home.path(), "s.yaml", SHARD);
+        self.ok(&["apply", "-f", &f]).await
+    }
 }
 
 macro_rules! kubectl_or_skip {
@@ -85,22 +91,17 @@ spec:
   shardAddressIPv6: "2001:db8::1"
 "#;
 
-async fn start() -> Running {
-    builder()
-        .build()
-        .unwrap()
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
+/// The standard cell over TLS, with kubectl acting as its admin: the setup most tests share.
+async fn admin_on_cell(bin: PathBuf) -> (Running, Kubectl) {
+    let lp = serve_tls(builder()).await;
+    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    (lp, k)
 }
 
 #[tokio::test]
 async fn apply_get_with_columns_and_explain() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    let out = k.ok(&["apply", "-f", &f]).await;
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let out = k.apply_shard().await;
     assert!(
         out.contains("egressshard.network.datumapis.com/s1 created"),
         "{out}"
@@ -154,11 +155,8 @@ async fn apply_get_with_columns_and_explain() {
 
 #[tokio::test]
 async fn patch_refused_with_the_cel_message() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    k.ok(&["apply", "-f", &f]).await;
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    k.apply_shard().await;
     let (ok, _, err) = k
         .run(&[
             "patch",
@@ -181,11 +179,8 @@ async fn patch_refused_with_the_cel_message() {
 
 #[tokio::test]
 async fn delete_with_a_finalizer_then_wait() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    k.ok(&["apply", "-f", &f]).await;
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    k.apply_shard().await;
     k.ok(&[
         "patch",
         "egressshard",
@@ -255,11 +250,8 @@ async fn delete_with_a_finalizer_then_wait() {
 
 #[tokio::test]
 async fn wait_for_a_condition_and_watch() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    k.ok(&["apply", "-f", &f]).await;
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    k.apply_shard().await;
 
     let mut watch = k
         .command(&["get", "egressshards", "-n", "ns1", "--watch"])
@@ -320,13 +312,7 @@ async fn wait_for_a_condition_and_watch() {
 #[tokio::test]
 async fn rbac_denials_read_like_the_apiserver() {
     let bin = kubectl_or_skip!();
-    let lp = builder()
-        .rbac(true)
-        .build()
-        .unwrap()
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let lp = serve_tls(builder().rbac(true)).await;
     let k = Kubectl::new(bin, &lp, "cell", USER);
     let (ok, _, err) = k.run(&["get", "egressshards", "-n", "ns1"]).await;
     assert!(!ok);
@@ -359,11 +345,8 @@ type: Normal
 
 #[tokio::test]
 async fn controller_events_show_in_describe_events_and_get_events() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    k.ok(&["apply", "-f", &f]).await;
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    k.apply_shard().await;
     let uid = k
         .ok(&[
             "get",
@@ -474,9 +457,7 @@ async fn controller_events_show_in_describe_events_and_get_events() {
 
 #[tokio::test]
 async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     let lease = |spec: &str| {
         format!(
             "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: l1, namespace: ns1}}\nspec: {spec}\n"
@@ -522,9 +503,7 @@ async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
 
 #[tokio::test]
 async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     let with_bogus = SHARD.replace("  targetRef:", "  bogus: 1\n  targetRef:");
     let f = write(k.home.path(), "s.yaml", &with_bogus);
     // kubectl asks for strict field validation unless told otherwise.
@@ -589,13 +568,10 @@ fn objects_of(yaml: &str) -> Vec<(String, String, Option<String>)> {
 async fn the_install_and_the_crd_apply_and_are_served() {
     let bin = kubectl_or_skip!();
     // A bare cell: nothing of this project's is served until the install applies it.
-    let lp = localplane::LocalPlane::builder()
-        .identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN))
-        .build()
-        .unwrap()
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let lp = serve_tls(
+        localplane::LocalPlane::builder().identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN)),
+    )
+    .await;
     let k = Kubectl::new(bin, &lp, "cell", ADMIN);
     let root = repo_root();
     let path = |p: &str| root.join(p).to_string_lossy().into_owned();
@@ -716,8 +692,7 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns1}\n",
     );
     k.ok(&["apply", "-f", &ns]).await;
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    let out = k.ok(&["apply", "-f", &f]).await;
+    let out = k.apply_shard().await;
     assert!(
         out.contains("egressshard.network.datumapis.com/s1 created"),
         "{out}"
@@ -764,9 +739,7 @@ async fn the_install_and_the_crd_apply_and_are_served() {
 
 #[tokio::test]
 async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     for args in [
         &["create", "namespace", "team"][..],
         &[
@@ -865,13 +838,7 @@ async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
 #[tokio::test]
 async fn auth_can_i_whoami_and_as_under_rbac() {
     let bin = kubectl_or_skip!();
-    let lp = builder()
-        .rbac(true)
-        .build()
-        .unwrap()
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let lp = serve_tls(builder().rbac(true)).await;
     let admin = Kubectl::new(bin.clone(), &lp, "cell", ADMIN);
     let user = Kubectl::new(bin, &lp, "cell", USER);
     let can_i = |k: &Kubectl, args: &[&str]| {
@@ -990,9 +957,7 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
 
 #[tokio::test]
 async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     let f = write(k.home.path(), "s.yaml", SHARD);
 
     // A server-side dry run answers with the object as it would be stored, without a
@@ -1077,9 +1042,7 @@ async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
 
 #[tokio::test]
 async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     // explain reads v3 unless told to read v2 (as protobuf).
     let out = k
         .ok(&["explain", "leases.spec", "--output=plaintext-openapiv2"])
@@ -1095,8 +1058,7 @@ async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
         .await;
     assert!(out.contains("kind\t<string> -required-"), "{out}");
     // Re-applying a changed custom resource asks v2 which patch type its PATCH takes.
-    let f = write(k.home.path(), "s.yaml", SHARD);
-    k.ok(&["apply", "-f", &f]).await;
+    k.apply_shard().await;
     let f2 = write(k.home.path(), "s2.yaml", &SHARD.replace("node-1", "node-2"));
     let (ok, out, err) = k.run(&["apply", "-f", &f2, "-v=6"]).await;
     assert!(ok && out.contains("configured"), "{out}{err}");
@@ -1130,9 +1092,7 @@ spec:
 
 #[tokio::test]
 async fn server_side_apply_conflicts_force_and_dropped_fields() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     let f = write(k.home.path(), "g.yaml", GIZMO);
     let out = k.ok(&["apply", "--server-side", "-f", &f]).await;
     assert!(
@@ -1233,9 +1193,7 @@ async fn server_side_apply_conflicts_force_and_dropped_fields() {
 
 #[tokio::test]
 async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     // These send protobuf bodies; kubectl 1.37 does not retry a refused one as JSON.
     k.ok(&["create", "namespace", "team-a"]).await;
     k.ok(&[
@@ -1344,9 +1302,7 @@ async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf() {
 
 #[tokio::test]
 async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     for (i, team) in [(1, "a"), (2, "a"), (3, "b"), (4, "a"), (5, "b")] {
         let f = write(
             k.home.path(),
@@ -1401,9 +1357,7 @@ async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection()
 
 #[tokio::test]
 async fn a_label_selector_watch_shows_an_object_leave_as_last_seen() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     let f = write(
         k.home.path(),
         "w.yaml",
@@ -1478,9 +1432,7 @@ spec:
 /// replaced the containers and `set image` lost their env); a custom resource refuses them.
 #[tokio::test]
 async fn strategic_merge_patches_keep_what_they_do_not_name() {
-    let bin = kubectl_or_skip!();
-    let lp = start().await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
     let f = write(k.home.path(), "web.yaml", WEB);
     k.ok(&["create", "-f", &f]).await;
     let containers = async || {

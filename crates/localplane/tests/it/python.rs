@@ -31,15 +31,13 @@ async fn the_official_python_client_sees_a_real_apiserver() {
         );
         return;
     };
-    let lp = builder()
-        .namespace("py")
-        .rbac(true)
-        .bookmark_interval(Duration::from_millis(200))
-        .build()
-        .unwrap()
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let lp = serve_tls(
+        builder()
+            .namespace("py")
+            .rbac(true)
+            .bookmark_interval(Duration::from_millis(200)),
+    )
+    .await;
     let admin = lp.kubeconfig_path("cell", ADMIN).unwrap();
     let user = lp.kubeconfig_path("cell", USER).unwrap();
     let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/suite.py");
