@@ -26,12 +26,17 @@ fn event(v: Value) -> Event {
     serde_json::from_value(v).unwrap()
 }
 
+/// The standard cell, with the admin's view of ns1's events through both APIs that serve them.
+async fn events_in_ns1() -> (localplane::Running, Api<Event>, Api<CoreEvent>) {
+    let (lp, client) = serve_as_admin(builder()).await;
+    let events = Api::namespaced(client.clone(), "ns1");
+    let core = Api::namespaced(client, "ns1");
+    (lp, events, core)
+}
+
 #[tokio::test]
 async fn events_are_one_store_served_in_two_versions() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
-    let events: Api<Event> = Api::namespaced(client.clone(), "ns1");
-    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "ns1");
+    let (lp, events, core) = events_in_ns1().await;
 
     events
         .create(&PostParams::default(), &event(controller_event("e1", "u1")))
@@ -125,10 +130,7 @@ async fn events_are_one_store_served_in_two_versions() {
 
 #[tokio::test]
 async fn events_are_selected_by_the_fields_the_apiserver_indexes() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
-    let events: Api<Event> = Api::namespaced(client.clone(), "ns1");
-    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "ns1");
+    let (lp, events, core) = events_in_ns1().await;
     events
         .create(&PostParams::default(), &event(controller_event("e1", "u1")))
         .await
@@ -224,8 +226,7 @@ async fn events_are_selected_by_the_fields_the_apiserver_indexes() {
 
 #[tokio::test]
 async fn events_print_the_apiservers_columns() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let events: Api<Event> = Api::namespaced(client, "ns1");
     let mut e = controller_event("e1", "u1");
     e["series"] = json!({"count": 4, "lastObservedTime": "2026-01-01T00:05:00.000000Z"});

@@ -57,6 +57,13 @@ async fn started(b: LocalPlaneBuilder, tls: bool) -> Running {
     served.expect("localplane serves")
 }
 
+/// `b` served, with the admin's kube client for the cell: where most kube-rs tests start.
+pub async fn serve_as_admin(b: LocalPlaneBuilder) -> (Running, Client) {
+    let lp = serve(b).await;
+    let client = lp.http_client("cell", ADMIN).unwrap();
+    (lp, client)
+}
+
 /// A raw HTTP request, for asserting on wire details kube hides.
 pub async fn raw(
     method: &str,

@@ -31,6 +31,11 @@ fn shard(name: &str) -> EgressShard {
     )
 }
 
+/// The admin's EgressShards in namespace `ns` of the cell.
+fn admin_shards(lp: &localplane::Running, ns: &str) -> Api<EgressShard> {
+    Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), ns)
+}
+
 fn widgets(client: Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("example.localplane.dev", "v1", "Widget");
     Api::namespaced_with(client, ns, &ApiResource::from_gvk(&gvk))
@@ -46,8 +51,7 @@ fn widget(name: &str, spec: Value) -> DynamicObject {
 
 #[tokio::test]
 async fn create_get_list_and_server_metadata() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
 
     let a = api
@@ -134,7 +138,7 @@ async fn create_get_list_and_server_metadata() {
 #[tokio::test]
 async fn selectors() {
     let lp = serve(builder()).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     for (n, pool) in [("a", Some("x")), ("b", Some("y")), ("c", None)] {
         let mut s = shard(n);
         if let Some(p) = pool {
@@ -182,7 +186,7 @@ async fn selectors() {
 #[tokio::test]
 async fn conflicts_generation_and_status_split() {
     let lp = serve(builder()).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     let created = api
         .create(&PostParams::default(), &shard("a"))
         .await
@@ -268,7 +272,7 @@ async fn conflicts_generation_and_status_split() {
 #[tokio::test]
 async fn missing_namespace_is_a_namespaces_404() {
     let lp = serve(builder()).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "nope");
+    let api = admin_shards(&lp, "nope");
     let err = api_err(
         api.create(&PostParams::default(), &shard("a"))
             .await
@@ -287,7 +291,7 @@ async fn missing_namespace_is_a_namespaces_404() {
 #[tokio::test]
 async fn json_patch_finalizers_and_deletion() {
     let lp = serve(builder()).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     api.create(&PostParams::default(), &shard("a"))
         .await
         .unwrap();
@@ -363,7 +367,7 @@ async fn json_patch_finalizers_and_deletion() {
 #[tokio::test]
 async fn cel_rules_refuse_with_the_apiservers_422() {
     let lp = serve(builder()).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     api.create(&PostParams::default(), &shard("x"))
         .await
         .unwrap();
@@ -505,8 +509,7 @@ async fn defaults_pruning_and_schema_constraints() {
 
 #[tokio::test]
 async fn builtins_server_side_apply_and_namespaces() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "ns1");
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": "leader"}, "spec": {"holderIdentity": "a"}});
@@ -576,8 +579,8 @@ async fn builtins_server_side_apply_and_namespaces() {
 
 #[tokio::test]
 async fn watcher_resumes_and_relists_after_410() {
-    let lp = serve(builder().bookmark_interval(Duration::from_millis(200))).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) =
+        serve_as_admin(builder().bookmark_interval(Duration::from_millis(200))).await;
     let api: Api<EgressShard> = Api::namespaced(client, "ns1");
     api.create(&PostParams::default(), &shard("a"))
         .await
@@ -640,7 +643,7 @@ async fn watcher_resumes_and_relists_after_410() {
 #[tokio::test]
 async fn raw_watch_semantics() {
     let lp = serve(builder().watch_history(2)).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     let a = api
         .create(&PostParams::default(), &shard("a"))
         .await
@@ -704,8 +707,7 @@ async fn raw_watch_semantics() {
 
 #[tokio::test]
 async fn metadata_api_lists_and_watches() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
     api.create(&PostParams::default(), &shard("a"))
         .await
@@ -729,8 +731,7 @@ struct ReconcileError(#[from] kube::Error);
 
 #[tokio::test]
 async fn a_controller_reconciles() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
     for n in ["a", "b", "c"] {
         api.create(&PostParams::default(), &shard(n)).await.unwrap();
@@ -917,7 +918,7 @@ async fn project_planes_are_separate_and_unknown_projects_404() {
 #[tokio::test]
 async fn counters_and_fault_injection() {
     let lp = serve(builder()).await;
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     api.create(&PostParams::default(), &shard("a"))
         .await
         .unwrap();
@@ -994,7 +995,7 @@ async fn discovery_openapi_and_tables() {
     let doc = get(&url, "application/json").await;
     assert!(doc["components"]["schemas"]["com.datumapis.network.v1alpha1.EgressShard"].is_object());
 
-    let api: Api<EgressShard> = Api::namespaced(lp.http_client("cell", ADMIN).unwrap(), "ns1");
+    let api = admin_shards(&lp, "ns1");
     api.create(&PostParams::default(), &shard("a"))
         .await
         .unwrap();
@@ -1030,8 +1031,7 @@ async fn discovery_openapi_and_tables() {
 
 #[tokio::test]
 async fn tallies_follow_writes_made_over_http() {
-    let lp = serve(builder().namespace("ns2")).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder().namespace("ns2")).await;
     let ns1: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
     let ns2: Api<EgressShard> = Api::namespaced(client, "ns2");
     let pp = PostParams::default();

@@ -41,8 +41,7 @@ fn names(list: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn resource_versions_and_their_match_rules() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = widgets(client);
     let pp = PostParams::default();
     let w1 = api.create(&pp, &widget("w1", 1, "a")).await.unwrap();
@@ -163,8 +162,7 @@ async fn resource_versions_and_their_match_rules() {
 
 #[tokio::test]
 async fn continue_pages_show_the_first_pages_snapshot() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = widgets(client);
     let pp = PostParams::default();
     for i in 1..=5 {
@@ -272,8 +270,7 @@ async fn continue_pages_show_the_first_pages_snapshot() {
 
 #[tokio::test]
 async fn deletecollection_deletes_what_the_selectors_match() {
-    let lp = serve(builder().rbac(true)).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder().rbac(true)).await;
     let api = widgets(client.clone());
     let pp = PostParams::default();
     for (n, team) in [("w1", "a"), ("w2", "a"), ("w3", "b"), ("w4", "a")] {
@@ -401,8 +398,7 @@ async fn deletecollection_deletes_what_the_selectors_match() {
 
 #[tokio::test]
 async fn a_selector_watch_sees_an_object_leave_as_it_last_saw_it() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = widgets(client);
     let w = api
         .create(&PostParams::default(), &widget("w1", 1, "a"))
@@ -454,8 +450,7 @@ async fn a_selector_watch_sees_an_object_leave_as_it_last_saw_it() {
 
 #[tokio::test]
 async fn a_malformed_label_selector_is_a_bad_request() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = widgets(client);
     for (sel, msg) in [
         ("team=a=b", "found '=', expected: ',' or 'end of string'"),

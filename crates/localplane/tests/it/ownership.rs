@@ -70,8 +70,7 @@ fn post(manager: &str) -> PostParams {
 
 #[tokio::test]
 async fn every_write_records_its_manager_and_an_unchanged_write_changes_nothing() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
 
     let created = api.create(&post("creator"), &shard()).await.unwrap();
@@ -178,8 +177,7 @@ async fn every_write_records_its_manager_and_an_unchanged_write_changes_nothing(
 
 #[tokio::test]
 async fn server_side_apply_merges_by_key_refuses_conflicts_and_removes_what_is_dropped() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = gizmos(client);
 
     let a1 = gizmo(json!({
@@ -434,8 +432,7 @@ async fn apply_requests_are_checked_as_the_apiserver_checks_them() {
 
 #[tokio::test]
 async fn managed_fields_sent_in_a_body_are_honoured_as_the_apiserver_does() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = gizmos(client);
     let pp = |m: &str| PostParams {
         dry_run: false,
@@ -516,8 +513,7 @@ async fn managed_fields_sent_in_a_body_are_honoured_as_the_apiserver_does() {
 
 #[tokio::test]
 async fn status_is_applied_through_its_subresource_and_merged_by_condition_type() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api = gizmos(client);
     api.patch(
         "g1",
@@ -579,8 +575,7 @@ async fn status_is_applied_through_its_subresource_and_merged_by_condition_type(
 
 #[tokio::test]
 async fn a_list_map_refuses_two_items_with_one_key() {
-    let lp = serve(builder()).await;
-    let client = lp.http_client("cell", ADMIN).unwrap();
+    let (lp, client) = serve_as_admin(builder()).await;
     let api: Api<EgressShard> = Api::namespaced(client, "ns1");
     api.create(&post("creator"), &shard()).await.unwrap();
     let cond = |status: &str| {
