@@ -32,6 +32,16 @@ async fn send(
     )
 }
 
+/// A GET with no body, which most of these requests are.
+async fn get(
+    lp: &localplane::Running,
+    token: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    send(lp, token, "GET", path, headers, Value::Null).await
+}
+
 /// Lets the plain user read leases in ns1, and grants what `extra` names cluster-wide.
 async fn grant(lp: &localplane::Running, extra: Value) {
     for (path, obj) in [
@@ -73,17 +83,9 @@ async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_use
     let lp = serve(builder().rbac(true)).await;
     grant(&lp, json!([])).await;
     // The user may read leases itself, but may not act as anyone else.
-    let (code, _) = send(&lp, USER_TOKEN, "GET", LEASES, &[], Value::Null).await;
+    let (code, _) = get(&lp, USER_TOKEN, LEASES, &[]).await;
     assert_eq!(code, 200);
-    let (code, s) = send(
-        &lp,
-        USER_TOKEN,
-        "GET",
-        LEASES,
-        &[("impersonate-user", "bob")],
-        Value::Null,
-    )
-    .await;
+    let (code, s) = get(&lp, USER_TOKEN, LEASES, &[("impersonate-user", "bob")]).await;
     assert_eq!(code, 403, "{s}");
     assert_eq!(
         s["message"],
@@ -92,13 +94,11 @@ async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_use
         )
     );
     assert_eq!(s["details"], json!({"name": "bob", "kind": "users"}));
-    let (code, s) = send(
+    let (code, s) = get(
         &lp,
         USER_TOKEN,
-        "GET",
         LEASES,
         &[("impersonate-user", "system:serviceaccount:ns1:robot")],
-        Value::Null,
     )
     .await;
     assert_eq!(code, 403, "{s}");
@@ -109,15 +109,7 @@ async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_use
         )
     );
     // A group without a user is malformed, whoever asks.
-    let (code, s) = send(
-        &lp,
-        ADMIN_TOKEN,
-        "GET",
-        LEASES,
-        &[("impersonate-group", "team")],
-        Value::Null,
-    )
-    .await;
+    let (code, s) = get(&lp, ADMIN_TOKEN, LEASES, &[("impersonate-group", "team")]).await;
     assert_eq!(code, 400, "{s}");
     assert_eq!(
         s["message"],
@@ -125,23 +117,13 @@ async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_use
     );
 
     // An admin acts as the user, and gets exactly the user's access.
-    let (code, _) = send(
-        &lp,
-        ADMIN_TOKEN,
-        "GET",
-        LEASES,
-        &[("impersonate-user", USER_NAME)],
-        Value::Null,
-    )
-    .await;
+    let (code, _) = get(&lp, ADMIN_TOKEN, LEASES, &[("impersonate-user", USER_NAME)]).await;
     assert_eq!(code, 200);
-    let (code, s) = send(
+    let (code, s) = get(
         &lp,
         ADMIN_TOKEN,
-        "GET",
         "/apis/coordination.k8s.io/v1/namespaces/default/leases",
         &[("impersonate-user", USER_NAME)],
-        Value::Null,
     )
     .await;
     assert_eq!(code, 403, "{s}");
@@ -152,16 +134,14 @@ async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_use
         )
     );
     // Impersonating a group the grant names gives that group's access (and system:masters, all).
-    let (code, _) = send(
+    let (code, _) = get(
         &lp,
         ADMIN_TOKEN,
-        "GET",
         "/apis/coordination.k8s.io/v1/namespaces/default/leases",
         &[
             ("impersonate-user", "carol"),
             ("impersonate-group", "system:masters"),
         ],
-        Value::Null,
     )
     .await;
     assert_eq!(code, 200);
@@ -187,25 +167,9 @@ async fn a_user_granted_impersonate_acts_as_whom_the_grant_names() {
         json!({"username": "bob", "groups": ["system:authenticated"]})
     );
     // bob has no grant of his own: the user acting as bob cannot read what the user could.
-    let (code, _) = send(
-        &lp,
-        USER_TOKEN,
-        "GET",
-        LEASES,
-        &[("impersonate-user", "bob")],
-        Value::Null,
-    )
-    .await;
+    let (code, _) = get(&lp, USER_TOKEN, LEASES, &[("impersonate-user", "bob")]).await;
     assert_eq!(code, 403);
-    let (code, _) = send(
-        &lp,
-        USER_TOKEN,
-        "GET",
-        LEASES,
-        &[("impersonate-user", "eve")],
-        Value::Null,
-    )
-    .await;
+    let (code, _) = get(&lp, USER_TOKEN, LEASES, &[("impersonate-user", "eve")]).await;
     assert_eq!(code, 403);
     lp.shutdown().await;
 }
@@ -288,7 +252,7 @@ async fn access_reviews_answer_from_the_stored_rbac() {
     assert_eq!(s["status"]["incomplete"], false);
 
     // Reviews are asked, never stored or listed.
-    let (code, _) = send(&lp, ADMIN_TOKEN, "GET", path, &[], Value::Null).await;
+    let (code, _) = get(&lp, ADMIN_TOKEN, path, &[]).await;
     assert_eq!(code, 405);
     lp.shutdown().await;
 }
