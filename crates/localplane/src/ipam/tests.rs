@@ -12,6 +12,7 @@ use super::{IpamHooks, crds};
 use crate::hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
 use crate::locks;
 use crate::plane::{DeleteOpts, Plane, Target, WriteOpts};
+use crate::testing::{causes, has_cause};
 
 const PLATFORM: &str = "platform";
 const VERSION: &str = "v1alpha1";
@@ -361,22 +362,6 @@ fn flat(p: &Ipam, cidr: &str, class_spec: Value) {
     p.create("ipclasses", class("flat", spec)).unwrap();
 }
 
-fn cause_types(s: &Status) -> Vec<(String, String, String)> {
-    s.details
-        .as_ref()
-        .map(|d| {
-            d.causes
-                .iter()
-                .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn has_cause(s: &Status, reason: &str) -> bool {
-    cause_types(s).iter().any(|(r, _, _)| r == reason)
-}
-
 fn cidr_of(v: &Value) -> String {
     v["status"]["allocatedCIDR"]
         .as_str()
@@ -400,7 +385,7 @@ fn a_root_pool_without_a_cidr_is_refused_with_a_clear_message() {
         e.message
     );
     assert!(
-        cause_types(&e)
+        causes(&e)
             .iter()
             .any(|(r, _, f)| r == "FieldValueRequired" && f == "spec.cidr")
     );
@@ -466,7 +451,7 @@ fn pool_validation_rules() {
             ),
         )
         .unwrap_err();
-    assert!(cause_types(&e).iter().any(|(_, _, f)| f == "spec.cidr"));
+    assert!(causes(&e).iter().any(|(_, _, f)| f == "spec.cidr"));
     let e = p
         .create("ippools", child_pool("child", "parent", json!({})))
         .unwrap_err();
@@ -541,7 +526,7 @@ fn pool_immutable_fields_are_refused_on_update() {
         n["spec"][field] = value;
         let e = p.update("ippools", n).unwrap_err();
         assert_eq!(e.code, 422, "{field}");
-        let causes = cause_types(&e);
+        let causes = causes(&e);
         assert!(
             causes
                 .iter()
@@ -718,11 +703,11 @@ fn class_immutable_fields_are_refused_on_update() {
         let e = p.update("ipclasses", n).unwrap_err();
         assert_eq!(e.code, 422, "{field}");
         assert!(
-            cause_types(&e)
+            causes(&e)
                 .iter()
                 .any(|(r, _, f)| r == "FieldValueForbidden" && f == &format!("spec.{field}")),
             "{field}: {:?}",
-            cause_types(&e)
+            causes(&e)
         );
     }
     let mut n = v.clone();
@@ -903,7 +888,7 @@ fn retain_keeps_the_address_and_refuses_the_same_name() {
         ("a", "ipam.miloapis.com", "ipclaims")
     );
     assert_eq!(
-        cause_types(&e),
+        causes(&e),
         vec![(
             "AllocationRetained".to_string(),
             alloc_name.clone(),
@@ -1017,7 +1002,7 @@ fn refusals_carry_ipam_reasons() {
     let e = p.refuse(leaf().with("ipFamily", json!("IPv6")));
     assert_eq!(e.code, 400);
     assert_eq!(
-        cause_types(&e)
+        causes(&e)
             .iter()
             .map(|(r, _, f)| (r.as_str(), f.as_str()))
             .collect::<Vec<_>>(),
@@ -1070,10 +1055,7 @@ fn scope_roles_missing_has_one_cause_per_role() {
         json!({"defaultPrefixLength": 32, "uniqueWithin": ["network", "location"]}),
     );
     let e = p.refuse(flat_claim("x"));
-    let fields: Vec<_> = cause_types(&e)
-        .into_iter()
-        .map(|(r, _, f)| (r, f))
-        .collect();
+    let fields: Vec<_> = causes(&e).into_iter().map(|(r, _, f)| (r, f)).collect();
     assert_eq!(
         fields,
         vec![

@@ -5,6 +5,7 @@ use std::net::Ipv6Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kube::core::Status;
 use serde_json::{Value, json};
 
 use crate::faults::FaultRule;
@@ -127,6 +128,25 @@ where
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// The causes of a refusal as (reason, message, field): a test asserts on what the apiserver
+/// names, which the message alone does not show.
+pub fn causes(s: &Status) -> Vec<(String, String, String)> {
+    s.details
+        .as_ref()
+        .map(|d| {
+            d.causes
+                .iter()
+                .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a refusal names a cause with this reason.
+pub fn has_cause(s: &Status, reason: &str) -> bool {
+    causes(s).iter().any(|(r, _, _)| r == reason)
 }
 
 #[cfg(test)]

@@ -45,8 +45,9 @@ mod world;
 pub use builder::{WorldBuilder, WorldError};
 pub use fixtures::{
     ADDRESS_CLASS, ADMIN, CLAIM_NAMESPACE, CONTROLLER, INVENTORY, LOCATION, PLATFORM_PROJECT,
-    ROOT_CIDR, SHARD_NAMESPACE, address_of, allocations_key, answer_claim, claims_key, events_key,
-    eventually, fault, is_addressed, leases_key, shard_object, shards_key, workspace_root,
+    ROOT_CIDR, SHARD_NAMESPACE, address_of, allocations_key, answer_claim, causes, claims_key,
+    events_key, eventually, fault, has_cause, is_addressed, leases_key, shard_object, shards_key,
+    workspace_root,
 };
 pub use hooks::OnClaimCreate;
 pub use world::World;

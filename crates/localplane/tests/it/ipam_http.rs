@@ -7,6 +7,7 @@ use egress_api::ipam::{IPAllocation, IPClaim, IPClass, IPPool};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, Status};
+use localplane::testing::{causes, has_cause};
 use localplane::{Identity, LocalPlane, Running};
 use serde_json::{Value, json};
 
@@ -16,20 +17,20 @@ fn client(lp: &Running, plane: &str) -> Client {
     lp.http_client(plane, "admin").unwrap()
 }
 
-fn causes(s: &Status) -> Vec<(String, String, String)> {
-    s.details
-        .as_ref()
-        .map(|d| {
-            d.causes
-                .iter()
-                .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
+/// IPAM served ([`start_ipam`]), with the admin's client of the platform project.
+async fn platform() -> (Running, Client) {
+    let lp = start_ipam().await;
+    let c = client(&lp, PLATFORM);
+    (lp, c)
 }
 
-fn has_cause(s: &Status, reason: &str) -> bool {
-    causes(s).iter().any(|(r, _, _)| r == reason)
+/// As [`platform`], with the shipped inventory applied under root pool `cidr`.
+async fn platform_with_inventory(cidr: &str) -> (Running, Client) {
+    let (lp, c) = platform().await;
+    for r in apply_inventory(&c, Some(cidr)).await {
+        r.unwrap();
+    }
+    (lp, c)
 }
 
 fn inventory_docs(cidr: Option<&str>) -> Vec<Value> {
@@ -99,8 +100,7 @@ fn alloc_name(ns: &str, claim: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
+    let (_lp, c) = platform().await;
     let results = apply_inventory(&c, None).await;
     let refused = results[0].as_ref().unwrap_err();
     assert_eq!(refused.code, 422);
@@ -117,11 +117,7 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
             .is_none()
     );
 
-    let lp2 = start_ipam().await;
-    let c2 = client(&lp2, PLATFORM);
-    for r in apply_inventory(&c2, Some("2001:db8::/40")).await {
-        r.unwrap();
-    }
+    let (_lp2, c2) = platform_with_inventory("2001:db8::/40").await;
     let root = Api::<IPPool>::all(c2.clone())
         .get("datum-egress-shard-ipv6-root")
         .await
@@ -137,11 +133,7 @@ async fn the_unedited_inventory_is_refused_and_the_edited_one_accepted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_binds_on_create_through_the_cascade() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
-    for r in apply_inventory(&c, Some("2001:db8::/40")).await {
-        r.unwrap();
-    }
+    let (_lp, c) = platform_with_inventory("2001:db8::/40").await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let mut desired = shard_claim("egress-shard-ipv6.galactic-system.worker-a", "dfw");
     desired.spec.owner_ref = Some(egress_api::ipam::ObjectRef {
@@ -234,11 +226,7 @@ async fn a_claim_binds_on_create_through_the_cascade() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sixty_four_parallel_claimers_get_distinct_addresses() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
-    for r in apply_inventory(&c, Some("2001:db8::/40")).await {
-        r.unwrap();
-    }
+    let (lp, c) = platform_with_inventory("2001:db8::/40").await;
     let mut tasks = Vec::new();
     for i in 0..64 {
         let c = client(&lp, PLATFORM);
@@ -282,8 +270,7 @@ async fn sixty_four_parallel_claimers_get_distinct_addresses() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
+    let (_lp, c) = platform().await;
     flat(&c, "10.0.0.0/24", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let allocs: Api<IPAllocation> = Api::namespaced(c.clone(), "default");
@@ -401,11 +388,7 @@ async fn delete_frees_and_retain_keeps_and_refuses_the_name() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refusals_are_in_ipams_wire_shape() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
-    for r in apply_inventory(&c, Some("2001:db8::/47")).await {
-        r.unwrap();
-    }
+    let (_lp, c) = platform_with_inventory("2001:db8::/47").await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
 
@@ -490,8 +473,7 @@ async fn refusals_are_in_ipams_wire_shape() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_leaf_pool_is_507_naming_the_pool() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
+    let (_lp, c) = platform().await;
     flat(&c, "10.0.0.0/31", json!({"defaultPrefixLength": 32})).await;
     let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
     let pp = PostParams::default();
@@ -536,8 +518,7 @@ async fn a_full_leaf_pool_is_507_naming_the_pool() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn addresses_are_unique_only_within_the_class_space() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
+    let (_lp, c) = platform().await;
     flat(
         &c,
         "10.0.0.0/24",
@@ -574,11 +555,7 @@ async fn addresses_are_unique_only_within_the_class_space() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn immutable_fields_are_refused() {
-    let lp = start_ipam().await;
-    let c = client(&lp, PLATFORM);
-    for r in apply_inventory(&c, Some("2001:db8::/40")).await {
-        r.unwrap();
-    }
+    let (_lp, c) = platform_with_inventory("2001:db8::/40").await;
     let pools: Api<IPPool> = Api::all(c.clone());
     let pp = PatchParams::default();
     let e = api_err(
