@@ -384,11 +384,7 @@ async fn the_binary_end_to_end_with_a_restart() {
     assert_eq!(plane.shard_now("before").unwrap().spec, a.spec);
     plane.create_shard("after").await;
     addressed(&plane, "after").await;
-    plane
-        .shards()
-        .delete("during", &Default::default())
-        .await
-        .unwrap();
+    plane.delete_shard("during").await;
     let claim = plane.claim_name("during");
     eventually(10, "the released claim", || async {
         plane.claim_now(&claim).is_none().then_some(())

@@ -117,8 +117,13 @@ impl Plane {
             .collect()
     }
 
+    /// Requests since the counters were reset that `pred` picks.
+    pub fn requests(&self, pred: impl Fn(&RequestKey) -> bool) -> u64 {
+        self.lp().metrics().count(pred)
+    }
+
     pub fn work_request_total(&self) -> u64 {
-        self.lp().metrics().count(is_work)
+        self.requests(is_work)
     }
 
     /// Fails unless exactly `expected` requests did work since the counters were reset.
@@ -134,9 +139,7 @@ impl Plane {
 
     /// Updates of shards anyone sent (answered or refused).
     pub fn shard_updates(&self) -> u64 {
-        self.lp()
-            .metrics()
-            .count(|k| k.verb == "update" && k.resource.starts_with("egressshards"))
+        self.requests(|k| k.verb == "update" && k.resource.starts_with("egressshards"))
     }
 }
 
@@ -201,6 +204,14 @@ impl Ctl {
             &egress_address::metrics::encode(&self.registry),
             name,
             labels,
+        )
+    }
+
+    /// How many claims ended in `outcome` (the label of `egress_address_claim_outcomes_total`).
+    pub fn claim_outcomes(&self, outcome: &str) -> u64 {
+        self.sample(
+            "egress_address_claim_outcomes_total",
+            &[("outcome", outcome)],
         )
     }
 

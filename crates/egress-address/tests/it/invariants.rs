@@ -10,7 +10,7 @@ use egress_address::ipam::naming::{
 };
 use egress_api::ipam::IPClaim;
 use egress_api::shard::AddressClaimRef;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 
 use crate::common::*;
 
@@ -54,10 +54,7 @@ async fn two_cells_with_one_shard_name_get_two_addresses_and_keep_them() {
     assert_eq!(annotation(&held_b, ANNOTATION_SHARD_UID), Some(uid(&in_b)));
 
     // Deleting cell a's shard releases cell a's claim, and nothing of cell b's.
-    a.shards()
-        .delete("twin", &DeleteParams::default())
-        .await
-        .unwrap();
+    a.delete_shard("twin").await;
     claim_released(&a, &claim_a, "cell a's claim released").await;
     assert!(
         a.claim_now(&claim_b).is_some(),
@@ -98,12 +95,7 @@ async fn one_address_handed_to_two_claims_is_written_onto_one_shard_only() {
     let other = plane.shard_now(refused).unwrap();
     assert!(other.spec.shard_address_ipv6.is_empty());
     assert!(other.spec.shard_address_ipv6_claim_ref.is_none());
-    assert!(
-        ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "AddressInUse")]
-        ) >= 1
-    );
+    assert!(ctl.claim_outcomes("AddressInUse") >= 1);
     assert_eq!(
         ctl.sample("egress_address_shards", &[("state", "refused")]),
         1
@@ -161,11 +153,7 @@ async fn a_failed_read_after_a_taken_name_is_retried_not_refused() {
     plane.set_faults(vec![fault(PLATFORM, "get", "ipclaims", 500)]);
     let ctl = start_controller(&plane, settings()).await;
     eventually(10, "the read retried", || async {
-        (ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "ClaimUnreadable")],
-        ) >= 2)
-            .then_some(())
+        (ctl.claim_outcomes("ClaimUnreadable") >= 2).then_some(())
     })
     .await;
     assert_eq!(
@@ -195,11 +183,7 @@ async fn a_shard_recreated_under_its_name_gets_its_own_claim() {
     ctl.stop().await.unwrap();
     // Deleted and created again while no controller ran: the earlier incarnation's claim is
     // still there under the same name.
-    plane
-        .shards()
-        .delete("phoenix", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("phoenix").await;
     let second = plane.create_shard("phoenix").await;
     assert_ne!(uid(&first), uid(&second));
     let name = plane.claim_name("phoenix");
@@ -294,17 +278,9 @@ async fn shards_addressed_by_the_go_controller_are_kept_and_released() {
         stray.status.unwrap().allocated_cidr
     );
 
-    plane
-        .shards()
-        .delete("old", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("old").await;
     claim_released(&plane, &legacy_name, "the Go controller's claim released").await;
-    plane
-        .shards()
-        .delete("new", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("new").await;
     claim_released(
         &plane,
         &plane.claim_name("new"),
@@ -356,17 +332,9 @@ async fn a_standby_remembers_only_pending_releases_and_takes_over_without_replay
     })
     .await;
     for i in 0..20 {
-        plane
-            .shards()
-            .delete(&format!("churn-{i}"), &DeleteParams::default())
-            .await
-            .unwrap();
+        plane.delete_shard(&format!("churn-{i}")).await;
     }
-    plane
-        .shards()
-        .delete("other", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("other").await;
     for i in 0..20 {
         claim_released(
             &plane,
@@ -426,11 +394,7 @@ async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
     plane.create_shard("racer").await;
     addressed(&plane, "racer").await;
     plane.set_faults(vec![delayed_claim_deletes(1500)]);
-    plane
-        .shards()
-        .delete("racer", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("racer").await;
     eventually(10, "a release on its way", || async {
         (plane.lp().metrics().injected_faults().delayed_commits >= 1).then_some(())
     })

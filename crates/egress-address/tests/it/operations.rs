@@ -114,10 +114,7 @@ async fn an_ipam_outage_costs_a_probe_per_interval_and_ends_within_seconds() {
     // Let the outage last a while: its length is what is being measured against.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let lasted = outage.elapsed();
-    let attempts = plane
-        .lp()
-        .metrics()
-        .count(|k| k.plane == PLATFORM && k.resource.starts_with("ip"));
+    let attempts = plane.requests(|k| k.plane == PLATFORM && k.resource.starts_with("ip"));
     let probes = (lasted.as_millis() / 200) as u64 + 1;
     assert!(
         attempts <= 5 + probes + 2,

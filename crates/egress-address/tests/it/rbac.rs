@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use crate::common::*;
 use egress_address::LeaderElection;
-use kube::api::DeleteParams;
 use localplane::Identity;
 use localplane::testing::workspace_root;
 
@@ -59,11 +58,7 @@ async fn the_shipped_grants_cover_every_request() {
         adopted.spec.shard_address_ipv6_claim_ref.unwrap().kind,
         "IPAllocation"
     );
-    plane
-        .shards()
-        .delete("fresh", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("fresh").await;
     eventually(10, "the release", || async {
         plane
             .claim_now(&plane.claim_name("fresh"))
@@ -73,18 +68,13 @@ async fn the_shipped_grants_cover_every_request() {
     .await;
     // The drift check reads the adopted shard's allocation (its own verb) every interval.
     eventually(10, "a drift check", || async {
-        (plane
-            .lp()
-            .metrics()
-            .count(|k| k.verb == "get" && k.resource.starts_with("ipallocations") && k.code == 200)
-            >= 2)
+        (plane.requests(|k| {
+            k.verb == "get" && k.resource.starts_with("ipallocations") && k.code == 200
+        }) >= 2)
             .then_some(())
     })
     .await;
-    let refused = plane
-        .lp()
-        .metrics()
-        .count(|k| k.code == 403 || k.code == 401);
+    let refused = plane.requests(|k| k.code == 403 || k.code == 401);
     assert_eq!(refused, 0, "{:#?}", plane.lp().metrics().snapshot());
     assert!(
         plane

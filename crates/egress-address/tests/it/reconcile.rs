@@ -8,7 +8,7 @@ use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
 };
 use egress_api::shard::{AddressClaimRef, LABEL_EGRESS_IPV6};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 
 fn label(s: &egress_api::shard::EgressShard) -> Option<String> {
     s.metadata.labels.as_ref()?.get(LABEL_EGRESS_IPV6).cloned()
@@ -91,13 +91,7 @@ async fn a_new_shard_costs_exactly_two_requests() {
         r.contains(&"AddressAssigned".to_string()).then_some(r)
     })
     .await;
-    assert_eq!(
-        ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Bound")]
-        ),
-        1
-    );
+    assert_eq!(ctl.claim_outcomes("Bound"), 1);
     ctl.stop().await.unwrap();
 }
 
@@ -157,11 +151,7 @@ async fn a_deleting_shard_is_left_alone() {
         .create(&PostParams::default(), &shard)
         .await
         .unwrap();
-    plane
-        .shards()
-        .delete("draining", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("draining").await;
     let deleting = plane.shard("draining").await;
     assert!(deleting.metadata.deletion_timestamp.is_some());
     plane.reset_counters();
@@ -180,11 +170,7 @@ async fn a_deleted_shard_has_its_claim_deleted() {
     let (plane, ctl, _) = with_addressed("gone").await;
     let name = plane.claim_name("gone");
     assert!(plane.claims().get_opt(&name).await.unwrap().is_some());
-    plane
-        .shards()
-        .delete("gone", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("gone").await;
     claim_released(&plane, &name, "the claim to be deleted").await;
     ctl.stop().await.unwrap();
 }
@@ -195,18 +181,12 @@ async fn a_failed_read_releases_nothing() {
     settled(&ctl, &kept).await;
     let name = plane.claim_name("kept");
     plane.set_faults(vec![fault("cell", "get", "egressshards", 500)]);
-    plane
-        .shards()
-        .delete("kept", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("kept").await;
     // The live confirmation fails, over and over: the claim must survive all of it.
     eventually(10, "the confirmation retried", || async {
-        (plane
-            .lp()
-            .metrics()
-            .count(|k| k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 500)
-            >= 3)
+        (plane.requests(|k| {
+            k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 500
+        }) >= 3)
             .then_some(())
     })
     .await;
@@ -215,10 +195,7 @@ async fn a_failed_read_releases_nothing() {
         "released on a failed read"
     );
     assert_eq!(
-        plane
-            .lp()
-            .metrics()
-            .count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
+        plane.requests(|k| k.verb == "delete" && k.resource.starts_with("ipclaims")),
         0
     );
     plane.clear_faults();
@@ -252,13 +229,7 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     plane.assert_work_requests(4, "an adoption");
     let alloc = plane.allocations().get(&r.name).await.unwrap();
     assert_eq!(alloc.status.unwrap().allocated_cidr, held);
-    assert_eq!(
-        ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Adopted")]
-        ),
-        1
-    );
+    assert_eq!(ctl.claim_outcomes("Adopted"), 1);
     ctl.stop().await.unwrap();
 }
 
@@ -282,19 +253,10 @@ async fn an_unbound_claim_is_pending_and_writes_nothing() {
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("waiting").await;
     assert_refused(&plane, "waiting", "ClaimPending").await;
-    assert!(
-        ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Unbound")]
-        ) >= 1
-    );
+    assert!(ctl.claim_outcomes("Unbound") >= 1);
     // It is retried: the create meets the existing claim and reads it again.
     eventually(10, "a retry", || async {
-        (ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Unbound")],
-        ) >= 2)
-            .then_some(())
+        (ctl.claim_outcomes("Unbound") >= 2).then_some(())
     })
     .await;
     ctl.stop().await.unwrap();
@@ -307,12 +269,7 @@ async fn an_unusable_answer_is_refused() {
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("odd").await;
     assert_refused(&plane, "odd", "UnusableAnswer").await;
-    assert!(
-        ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Unusable")]
-        ) >= 1
-    );
+    assert!(ctl.claim_outcomes("Unusable") >= 1);
     ctl.stop().await.unwrap();
 }
 
@@ -341,11 +298,7 @@ async fn exhaustion_is_refused_with_ipams_reason_and_rechecked() {
     );
     // Re-checked on the fixed interval, and the repeats do not flood events.
     eventually(10, "a re-check", || async {
-        (ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Exhausted")],
-        ) >= 3)
-            .then_some(())
+        (ctl.claim_outcomes("Exhausted") >= 3).then_some(())
     })
     .await;
     let refused_events = plane
@@ -378,12 +331,7 @@ async fn a_missing_class_is_refused_by_name() {
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains("ClassNotFound"), "{note}");
-    assert!(
-        ctl.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "ClassNotFound")]
-        ) >= 1
-    );
+    assert!(ctl.claim_outcomes("ClassNotFound") >= 1);
     ctl.stop().await.unwrap();
 }
 
@@ -407,11 +355,7 @@ async fn a_claim_made_for_another_shard_is_refused() {
     plane.create_shard("twin").await;
     assert_refused(&plane, "twin", "ClaimNameCollision").await;
     // Deleting the shard must not delete the other shard's claim either.
-    plane
-        .shards()
-        .delete("twin", &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard("twin").await;
     let twin = egress_address::ShardKey::new(SHARD_NS, "twin");
     eventually(10, "the deletion handled", || async {
         (!ctl.handle.remembers(&twin)).then_some(())
@@ -546,11 +490,7 @@ async fn a_long_shard_name_uses_the_hashed_claim_name_end_to_end() {
         claim.metadata.annotations.unwrap()[ANNOTATION_SHARD_NAME],
         long
     );
-    plane
-        .shards()
-        .delete(&long, &DeleteParams::default())
-        .await
-        .unwrap();
+    plane.delete_shard(&long).await;
     eventually(10, "the hashed claim to be released", || async {
         plane.claim_now(&name).is_none().then_some(())
     })
@@ -565,12 +505,7 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("raced").await;
     eventually(10, "a refused update", || async {
-        (plane
-            .lp()
-            .metrics()
-            .count(|k| k.verb == "update" && k.code == 409)
-            >= 1)
-            .then_some(())
+        (plane.requests(|k| k.verb == "update" && k.code == 409) >= 1).then_some(())
     })
     .await;
     plane.clear_faults();

@@ -53,21 +53,8 @@ async fn only_the_leader_writes() {
     } else {
         (&b, &a)
     };
-    assert_eq!(
-        lead.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Bound")]
-        ),
-        5
-    );
-    assert_eq!(
-        follow.sample(
-            "egress_address_claim_outcomes_total",
-            &[("outcome", "Bound")]
-        ),
-        0,
-        "the follower wrote"
-    );
+    assert_eq!(lead.claim_outcomes("Bound"), 5);
+    assert_eq!(follow.claim_outcomes("Bound"), 0, "the follower wrote");
     assert!(
         (lead.sample("egress_address_leader", &[]) == 1)
             && follow.sample("egress_address_leader", &[]) != 1
@@ -88,10 +75,7 @@ async fn a_failed_renewal_stops_writes_at_once() {
     settled(&ctl, &during).await;
     assert_unaddressed(&plane, "during");
     assert_eq!(
-        plane
-            .lp()
-            .metrics()
-            .count(|k| k.resource.starts_with("ipclaims")),
+        plane.requests(|k| k.resource.starts_with("ipclaims")),
         0,
         "a non-leader claimed"
     );

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use egress_api::ipam::{IPAllocation, IPClaim};
 use egress_api::shard::EgressShard;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::Value;
 
 use super::fixtures::{ADMIN, claims_key, shard_object, shards_key};
@@ -128,6 +128,18 @@ impl World {
             .create(&PostParams::default(), &shard)
             .await
             .unwrap_or_else(|e| panic!("creating shard {name}: {e}"))
+    }
+
+    /// Deletes shard `name` over HTTP; a finalizer may keep it, marked for deletion, until its
+    /// holder lets go.
+    ///
+    /// # Panics
+    /// When the API server refuses it.
+    pub async fn delete_shard(&self, name: &str) {
+        self.shards()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting shard {name}: {e}"));
     }
 
     /// Reads shard `name` over HTTP.
