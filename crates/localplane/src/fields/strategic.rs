@@ -616,7 +616,7 @@ fn go_kind(item: Ty<'_>) -> &'static str {
 
 /// A value as Go's `%v` prints it.
 fn go_fmt(v: &Value) -> String {
-    match v {
+    go_print(v, &|scalar| match scalar {
         Value::Null => "<nil>".into(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
@@ -625,20 +625,29 @@ fn go_fmt(v: &Value) -> String {
             (None, None) => n.to_string(),
         },
         Value::String(s) => s.clone(),
+        // go_print hands over scalars only.
+        other => other.to_string(),
+    })
+}
+
+/// Lists and maps as Go's fmt prints them, item by item (a map's keys sorted), with `scalar`
+/// for everything else: `%v` and `%s` differ only in their scalars.
+fn go_print(v: &Value, scalar: &dyn Fn(&Value) -> String) -> String {
+    match v {
         Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(go_fmt).collect();
+            let items: Vec<String> = a.iter().map(|i| go_print(i, scalar)).collect();
             format!("[{}]", items.join(" "))
         }
         Value::Object(m) => {
-            // Go prints a map's keys sorted.
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
             let items: Vec<String> = keys
                 .into_iter()
-                .map(|k| format!("{k}:{}", go_fmt(&m[k])))
+                .map(|k| format!("{k}:{}", go_print(&m[k], scalar)))
                 .collect();
             format!("map[{}]", items.join(" "))
         }
+        other => scalar(other),
     }
 }
 
@@ -681,24 +690,11 @@ fn bad_patch_type(d: &Value, m: &Obj) -> PatchError {
 /// A value as Go's `%s` prints it (the library prints the directive so): strings as they are,
 /// other scalars as a bad-verb note, lists and maps item by item.
 fn go_fmt_s(v: &Value) -> String {
-    match v {
+    go_print(v, &|scalar| match scalar {
         Value::String(s) => s.clone(),
         Value::Null => "%!s(<nil>)".into(),
-        Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(go_fmt_s).collect();
-            format!("[{}]", items.join(" "))
-        }
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let items: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{k}:{}", go_fmt_s(&m[k])))
-                .collect();
-            format!("map[{}]", items.join(" "))
-        }
         other => format!("%!s({}={})", go_type(other), go_fmt(other)),
-    }
+    })
 }
 
 #[cfg(test)]
