@@ -4,7 +4,7 @@
 //! two requests, [`ideal::watch`]) each get a world of their own and the same schedule, in one run.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -199,14 +199,7 @@ async fn churn(
         .lp()
         .cell()
         .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
-    let waited = Instant::now();
-    loop {
-        let (all, done) = progress.counts();
-        if all == done || waited.elapsed() > timeout {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    progress.wait_for(timeout, |all, done| all == done).await;
     let load = LoadAvg::now();
     let mut waits = Waits::default();
     for (_, wait) in timeline.waits() {

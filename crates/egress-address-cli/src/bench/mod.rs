@@ -297,7 +297,7 @@ async fn until_addressed(
     ctl: &mut Controller,
     timeout: Duration,
 ) -> anyhow::Result<(Duration, Option<Duration>)> {
-    // Polled every 25 ms while the controller works: a scan of the store each time would take
+    // Progress comes from the store's change stream: a scan of the store each time would take
     // CPU and the store's lock from the server being measured.
     let mut progress = w
         .lp()
@@ -306,7 +306,10 @@ async fn until_addressed(
     let started = ctl.started;
     let mut ready = None;
     loop {
-        let (total, done) = progress.counts();
+        // Wakes at the shard that completes the run; every 25 ms otherwise, for the checks below.
+        let (total, done) = progress
+            .wait_for(Duration::from_millis(25), |total, done| total == done)
+            .await;
         if total == done {
             return Ok((started.elapsed(), ready));
         }
@@ -320,7 +323,6 @@ async fn until_addressed(
                 fleet::log_tail(&ctl.log, 30)
             );
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

@@ -195,17 +195,20 @@ pub async fn measure(args: &OutageArgs, bin: &Path) -> anyhow::Result<OutageRepo
         if report.first_answer.is_none() && answered() > 0 {
             report.first_answer = Some(back.elapsed());
         }
-        let (all, done) = progress.counts();
-        report.addressed = done;
-        if all == done && all >= args.pending {
-            report.converged = Some(back.elapsed());
-            break;
-        }
         if back.elapsed() > timeout {
             break;
         }
         ctl.check_alive()?;
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Wakes at the shard that completes the run; every 10 ms otherwise, for the first answer.
+        let converged = |all, done| all == done && all >= args.pending;
+        let (all, done) = progress
+            .wait_for(Duration::from_millis(10), converged)
+            .await;
+        report.addressed = done;
+        if converged(all, done) {
+            report.converged = Some(back.elapsed());
+            break;
+        }
     }
     report.recovery_requests = ipam() - before;
     report.loads.extend(LoadAvg::now());

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -67,6 +68,34 @@ impl Tally {
             }
         }
         (self.all.len(), self.matched.len())
+    }
+
+    /// Waits until `done(objects, accepted)` holds, applying changes as they come, or until
+    /// `within` has passed; the counts as of then. A caller polling for completion wakes at the
+    /// change that completes it, not at its next poll, and still gets control back every
+    /// `within` for whatever else it watches.
+    pub async fn wait_for(
+        &mut self,
+        within: Duration,
+        done: impl Fn(usize, usize) -> bool,
+    ) -> (usize, usize) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let counts = self.counts();
+            if done(counts.0, counts.1) {
+                return counts;
+            }
+            let Some(rx) = self.rx.as_mut() else {
+                // The plane is gone: nothing will change any more.
+                return counts;
+            };
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Ok(e)) => self.apply(&e),
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => self.rescan(),
+                Ok(Err(broadcast::error::RecvError::Closed)) => self.rx = None,
+                Err(_) => return self.counts(),
+            }
+        }
     }
 
     fn apply(&mut self, e: &WatchEvent) {

@@ -1030,6 +1030,43 @@ async fn discovery_openapi_and_tables() {
 }
 
 #[tokio::test]
+async fn a_tally_wait_wakes_at_the_change_that_completes_it() {
+    let (lp, client) = serve_as_admin(builder()).await;
+    let ns1: Api<EgressShard> = Api::namespaced(client, "ns1");
+    let key = localplane::ResourceKey::new("network.datumapis.com", "egressshards");
+    let mut tally = lp.cell().tally(&key, Some("ns1"), |_| true);
+    // Already true: answered at once, whatever the bound.
+    assert_eq!(
+        tally
+            .wait_for(Duration::from_secs(600), |all, _| all == 0)
+            .await,
+        (0, 0)
+    );
+    let writer = tokio::spawn(async move {
+        for name in ["a", "b"] {
+            ns1.create(&PostParams::default(), &shard(name))
+                .await
+                .unwrap();
+        }
+    });
+    // Far longer than the creates take: only the second create ends this wait with two counted
+    // (a wait that missed a change would run out the bound and count fewer).
+    let counts = tally
+        .wait_for(Duration::from_secs(30), |all, _| all == 2)
+        .await;
+    assert_eq!(counts, (2, 2));
+    writer.await.unwrap();
+    // Nothing changes: the bound ends the wait, with the counts as they are.
+    assert_eq!(
+        tally
+            .wait_for(Duration::from_millis(20), |all, _| all == 3)
+            .await,
+        (2, 2)
+    );
+    lp.shutdown().await;
+}
+
+#[tokio::test]
 async fn tallies_follow_writes_made_over_http() {
     let (lp, client) = serve_as_admin(builder().namespace("ns2")).await;
     let ns1: Api<EgressShard> = Api::namespaced(client.clone(), "ns1");
