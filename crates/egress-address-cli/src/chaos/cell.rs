@@ -242,9 +242,20 @@ impl Cell {
                 Some(CLAIM_NAMESPACE),
                 &claim_name(&self.id, NAMESPACE, name),
             )
-            .is_some_and(|c| {
-                c["metadata"]["annotations"][ANNOTATION_SHARD_UID].as_str() == Some(uid)
-            })
+            .is_some_and(|c| claim_of(&c, uid))
+    }
+
+    /// Waits (at most `within`) until IPAM holds the claim of shard `name`'s incarnation `uid`,
+    /// waking at the write that lands it; whether it did.
+    pub async fn claim_lands(&self, name: &str, uid: &str, within: Duration) -> bool {
+        let (claim, uid) = (claim_name(&self.id, NAMESPACE, name), uid.to_string());
+        let mut tally = self
+            .platform
+            .tally(&claims_key(), Some(CLAIM_NAMESPACE), move |c| {
+                c["metadata"]["name"].as_str() == Some(claim.as_str()) && claim_of(c, &uid)
+            });
+        let (_, held) = tally.wait_for(within, |_, held| held > 0).await;
+        held > 0
     }
 
     /// A uniformly chosen live shard.
@@ -436,4 +447,9 @@ impl Cell {
             .metrics()
             .count(|k| k.code == 422 && k.resource.starts_with("egressshards."));
     }
+}
+
+/// Whether `claim` was made for the shard incarnation `uid`.
+fn claim_of(claim: &serde_json::Value, uid: &str) -> bool {
+    claim["metadata"]["annotations"][ANNOTATION_SHARD_UID].as_str() == Some(uid)
 }

@@ -483,15 +483,7 @@ async fn pause_mid_write(
     };
     cell.recreate(&name, Duration::ZERO).await?;
     let uid = cell.live.get(&name).cloned().unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut landed = false;
-    while Instant::now() < deadline {
-        if cell.holds_claim(&name, &uid) {
-            landed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let landed = cell.claim_lands(&name, &uid, Duration::from_secs(2)).await;
     cell.pause(&target, length, landed)?;
     Ok(true)
 }
