@@ -282,7 +282,7 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
     // In a pod, the cell is reached with the service account's token.
     let in_cluster = running.kubeconfig_path("cell", "sa").unwrap();
     let log = work.path().join("controller.log");
-    let mut child = Command::new(locate_controller(None).unwrap())
+    let mut child = tokio::process::Command::new(locate_controller(None).unwrap())
         .args(&args)
         .env_clear()
         .envs(&env)
@@ -310,19 +310,12 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
         (!address.is_empty()).then_some(shard)
     })
     .await;
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the controller stops on SIGTERM");
+    let pid = child.id().expect("the controller is running").to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the controller stops on SIGTERM")
+        .unwrap();
     let logs = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{logs}");
     let held = &addressed["spec"]["shardAddressIPv6ClaimRef"];
