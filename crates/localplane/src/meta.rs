@@ -6,6 +6,21 @@ use serde_json::{Value, json};
 
 use crate::error::FieldError;
 
+/// ObjectMeta's scalar fields, as the apiserver types them: the leaves of every kind's typed
+/// `metadata`, and (with its maps and lists) what pruning keeps there.
+pub const OBJECT_META_SCALARS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
 /// RFC 3339 with second precision, as `metav1.Time` serialises.
 pub fn now_rfc3339() -> String {
     jiff::Timestamp::now()

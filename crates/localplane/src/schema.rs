@@ -10,20 +10,11 @@ use serde_json::{Map, Value};
 
 use crate::error::{FieldError, FieldErrorKind, render_value};
 use crate::locks;
+use crate::meta;
 
-/// Fields of ObjectMeta that survive pruning; anything else under `metadata` is dropped, as the
-/// apiserver's decoder drops it.
-const OBJECT_META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
+/// ObjectMeta's maps and lists. They and its scalars ([`meta::OBJECT_META_SCALARS`]) survive
+/// pruning; anything else under `metadata` is dropped, as the apiserver's decoder drops it.
+const OBJECT_META_COLLECTIONS: &[&str] = &[
     "labels",
     "annotations",
     "ownerReferences",
@@ -60,7 +51,8 @@ pub fn prune(schema: &Value, obj: &mut Value) -> Vec<String> {
     if let Some(m) = obj.as_object_mut() {
         if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.retain(|k, _| {
-                let keep = OBJECT_META_FIELDS.contains(&k.as_str());
+                let keep = meta::OBJECT_META_SCALARS.contains(&k.as_str())
+                    || OBJECT_META_COLLECTIONS.contains(&k.as_str());
                 if !keep {
                     dropped.push(format!("metadata.{k}"));
                 }

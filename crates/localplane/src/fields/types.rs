@@ -285,18 +285,7 @@ fn merged_by(key: &str, node: Value) -> Value {
 pub fn object_meta() -> &'static Value {
     static META: OnceLock<Value> = OnceLock::new();
     META.get_or_init(|| {
-        let mut m = leaves(&[
-            "name",
-            "generateName",
-            "namespace",
-            "selfLink",
-            "uid",
-            "resourceVersion",
-            "generation",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-        ]);
+        let mut m = leaves(crate::meta::OBJECT_META_SCALARS);
         let props = m["properties"]
             .as_object_mut()
             .expect("st builds properties");
