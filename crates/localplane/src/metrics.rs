@@ -37,11 +37,30 @@ pub struct Metrics {
     counts: Mutex<HashMap<RequestKey, u64>>,
     /// By plane, so a run over several planes can say where each fault struck.
     injected: Mutex<BTreeMap<String, InjectedFaults>>,
+    /// Resource requests admitted whose answer is not counted yet. A store change is seen by
+    /// watchers the moment it commits, before its request is counted; a reader of the counters
+    /// waits for this to reach zero ([`Metrics::settled`]) so the change it saw is counted.
+    in_flight: tokio::sync::watch::Sender<u64>,
 }
 
 impl Metrics {
     pub(crate) fn record(&self, key: RequestKey) {
         *locks::lock(&self.counts).entry(key).or_default() += 1;
+    }
+
+    /// Marks a resource request admitted; it stays in flight until the returned guard drops,
+    /// which its handler does after counting it.
+    pub(crate) fn begin(&self) -> InFlight {
+        self.in_flight.send_modify(|n| *n += 1);
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Resolves at the first moment no resource request is between its commit and its count,
+    /// so every change a caller has already seen is in the counters.
+    pub async fn settled(&self) {
+        let mut rx = self.in_flight.subscribe();
+        // The sender lives as long as `self`, so the wait cannot end in an error.
+        let _ = rx.wait_for(|n| *n == 0).await;
     }
 
     /// Every counter, sorted by labels.
@@ -116,10 +135,33 @@ impl Metrics {
     }
 }
 
+/// One admitted request, until it is counted. See [`Metrics::begin`].
+pub(crate) struct InFlight(tokio::sync::watch::Sender<u64>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::faults::FaultOutcomes;
+
+    #[tokio::test]
+    async fn settled_waits_for_every_admitted_request_to_be_counted() {
+        let m = Metrics::default();
+        m.settled().await;
+        let first = m.begin();
+        let second = m.begin();
+        let mut settled = std::pin::pin!(m.settled());
+        assert!(futures::poll!(settled.as_mut()).is_pending());
+        drop(first);
+        assert!(futures::poll!(settled.as_mut()).is_pending());
+        drop(second);
+        assert!(futures::poll!(settled.as_mut()).is_ready());
+    }
 
     #[test]
     fn injected_faults_are_kept_by_plane_and_summed() {

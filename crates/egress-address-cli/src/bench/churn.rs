@@ -200,6 +200,10 @@ async fn churn(
         .cell()
         .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
     progress.wait_for(timeout, |all, done| all == done).await;
+    // The last address is seen at its commit, a moment before its request is counted.
+    tokio::time::timeout(timeout, w.lp().metrics().settled())
+        .await
+        .context("requests still in flight after every shard was addressed")?;
     let load = LoadAvg::now();
     let mut waits = Waits::default();
     for (_, wait) in timeline.waits() {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
 use localplane::testing::{World, is_addressed, shards_key};
@@ -311,7 +311,12 @@ async fn until_addressed(
             .wait_for(Duration::from_millis(25), |total, done| total == done)
             .await;
         if total == done {
-            return Ok((started.elapsed(), ready));
+            let wall = started.elapsed();
+            // The last address is seen at its commit, a moment before its request is counted.
+            tokio::time::timeout(timeout, w.lp().metrics().settled())
+                .await
+                .context("requests still in flight after every shard was addressed")?;
+            return Ok((wall, ready));
         }
         ctl.check_alive()?;
         if ready.is_none() && ctl.is_ready().await {

@@ -20,6 +20,7 @@ use super::routes::{Query, ResourcePath, Verb};
 use crate::error::ApiError;
 use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
+use crate::metrics::InFlight;
 use crate::plane::{
     DeleteOpts, FieldValidation, ListQuery, PatchKind, Plane, Target, WriteOpts, Written,
 };
@@ -108,6 +109,8 @@ struct Count {
     plane: String,
     verb: Verb,
     resource: String,
+    /// Dropped with the last clone, after the answer is counted.
+    _in_flight: Arc<InFlight>,
 }
 
 impl Count {
@@ -141,6 +144,7 @@ impl Count {
 
 pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     let count = Count {
+        _in_flight: Arc::new(req.shared.metrics.begin()),
         shared: req.shared.clone(),
         plane: req.plane.name().to_string(),
         verb: req.verb,
