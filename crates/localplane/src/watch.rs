@@ -47,10 +47,17 @@ pub(crate) struct WatchRequest {
 
 type Chunk = Result<Bytes, std::io::Error>;
 
+/// One event as the apiserver frames it: `type` before `object`, as Go writes the struct's
+/// fields. The order matters to clients: serde decodes an adjacently tagged enum (kube's
+/// `WatchEvent`) straight into the object when the tag comes first, and buffers the whole object
+/// first when it does not.
 fn line(etype: &str, object: &Value) -> Bytes {
-    let mut buf = serde_json::to_vec(&json!({"type": etype, "object": object}))
-        .expect("JSON values always serialise");
-    buf.push(b'\n');
+    let mut buf = Vec::with_capacity(1024);
+    buf.extend_from_slice(b"{\"type\":");
+    serde_json::to_writer(&mut buf, etype).expect("a string always serialises");
+    buf.extend_from_slice(b",\"object\":");
+    serde_json::to_writer(&mut buf, object).expect("JSON values always serialise");
+    buf.extend_from_slice(b"}\n");
     Bytes::from(buf)
 }
 

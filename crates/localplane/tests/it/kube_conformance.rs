@@ -700,6 +700,12 @@ async fn raw_watch_semantics() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(events[0]["type"], "DELETED", "{body}");
+    // Framed as the apiserver frames it, type first: kube decodes such an event without
+    // buffering the object.
+    assert!(
+        body.lines().all(|l| l.starts_with(r#"{"type":""#)),
+        "{body}"
+    );
     assert_eq!(events[0]["object"]["kind"], "PartialObjectMetadata");
     assert!(events[0]["object"].get("spec").is_none());
     lp.shutdown().await;
