@@ -240,8 +240,10 @@ async fn ideal_run(n: usize, c: usize, objects: Objects) -> anyhow::Result<Durat
     let w = world_with(n, objects).await?;
     w.reset_counters();
     let wall = ideal::run(&w, BENCH_NAMESPACE, c).await?;
+    w.lp().metrics().settled().await;
+    // One list, then two requests per shard.
     let ideal_requests = w.lp().metrics().total();
-    if ideal_requests != 2 * n as u64 {
+    if ideal_requests != 2 * n as u64 + 1 {
         bail!("the ideal client made {ideal_requests} requests for {n} shards");
     }
     w.shutdown().await;

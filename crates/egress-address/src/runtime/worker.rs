@@ -283,11 +283,8 @@ fn checkable(store: &Store<CachedShard>) -> std::collections::VecDeque<ShardKey>
     store
         .state()
         .iter()
-        .filter_map(|c| c.shard())
-        .filter(|s| {
-            !s.spec.shard_address_ipv6.is_empty() && s.spec.shard_address_ipv6_claim_ref.is_some()
-        })
-        .map(|s| ShardKey::of(&s))
+        .filter(|c| c.is_addressed())
+        .map(|c| c.key())
         .collect()
 }
 

@@ -31,6 +31,9 @@ pub struct CachedShard {
     name: Box<str>,
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
+    /// The shard carries an address and its claim ref: what a drift pass checks, known without
+    /// decoding the body of each of thousands of shards.
+    addressed: bool,
     /// The shard as JSON, without `managedFields` and `status`, LZ4-compressed.
     body: Box<[u8]>,
 }
@@ -46,6 +49,8 @@ impl CachedShard {
             boxed(&m.name).unwrap_or_default(),
         );
         let (uid, resource_version) = (boxed(&m.uid), boxed(&m.resource_version));
+        let addressed = !shard.spec.shard_address_ipv6.is_empty()
+            && shard.spec.shard_address_ipv6_claim_ref.is_some();
         // Serializing a decoded shard cannot fail: every field is a string, number or map.
         let json = serde_json::to_vec(&shard).unwrap_or_default();
         let body = lz4_flex::compress_prepend_size(&json).into_boxed_slice();
@@ -54,6 +59,7 @@ impl CachedShard {
             name,
             uid,
             resource_version,
+            addressed,
             body,
         }
     }
@@ -68,6 +74,11 @@ impl CachedShard {
 
     pub fn key(&self) -> ShardKey {
         ShardKey::new(&*self.namespace, &*self.name)
+    }
+
+    /// Whether the shard carries an address and the ref to its claim.
+    pub fn is_addressed(&self) -> bool {
+        self.addressed
     }
 
     pub fn resource_version(&self) -> Option<&str> {
@@ -125,7 +136,7 @@ impl Lookup for CachedShard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use egress_api::shard::{EgressShardSpec, EgressShardStatus, TargetRef};
+    use egress_api::shard::{AddressClaimRef, EgressShardSpec, EgressShardStatus, TargetRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     fn shard() -> EgressShard {
@@ -176,6 +187,28 @@ mod tests {
         assert_eq!(cached.resource_version(), Some("7"));
         assert_eq!(Lookup::uid(&cached).as_deref(), Some("u-1"));
         assert_eq!(Lookup::namespace(&cached).as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn addressed_means_an_address_and_its_claim_ref() {
+        let mut s = shard();
+        assert!(
+            !CachedShard::new(s.clone()).is_addressed(),
+            "an address without a ref"
+        );
+        s.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+            api_group: "ipam.miloapis.com".into(),
+            kind: "IPClaim".into(),
+            project: "p".into(),
+            namespace: "ns".into(),
+            name: "c".into(),
+        });
+        assert!(CachedShard::new(s.clone()).is_addressed());
+        s.spec.shard_address_ipv6.clear();
+        assert!(
+            !CachedShard::new(s).is_addressed(),
+            "a ref without an address"
+        );
     }
 
     #[test]
