@@ -332,7 +332,13 @@ impl IdleMeasurement {
     /// At most one read per shard per hour (the default drift interval), paced: no more than the
     /// window's share, rounded up.
     pub fn drift_within_pace(&self) -> bool {
-        self.drift_reads() <= (self.shards as u64 * self.seconds).div_ceil(3600)
+        self.drift_reads() <= self.drift_share()
+    }
+
+    /// The window's share of one read per shard per hour, rounded up: a window shorter than an
+    /// hour may hold one read more than its exact share.
+    pub fn drift_share(&self) -> u64 {
+        (self.shards as u64 * self.seconds).div_ceil(3600)
     }
 }
 
@@ -522,13 +528,14 @@ pub fn markdown(
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "Idle, {} addressed shards, {} s: {} shard/IPAM requests besides watches ({}); {} watch (re)opens; lease traffic {} (target: nothing but the drift check's IPAM reads, {:.2} per shard per hour ≤ 1: {}).",
+            "Idle, {} addressed shards, {} s: {} shard/IPAM requests besides watches ({}); {} watch (re)opens; lease traffic {} (target: nothing but the drift check's IPAM reads, at most the window's share of one per shard per hour, {} reads; {:.2} per shard per hour: {}).",
             i.shards,
             i.seconds,
             other,
             verbs(&i.other, 0.0),
             i.watches,
             verbs(&i.leases, 0.0),
+            i.drift_share(),
             i.drift_per_shard_hour(),
             pass(other == drift && i.drift_within_pace())
         );
