@@ -385,7 +385,14 @@ impl Plane {
                 cont_out = Some(encode_continue(Some(rv), &last));
                 let selected = !q.labels.is_empty() || !q.fields.is_empty();
                 if !selected {
-                    remaining = Some(1 + objects.count() as u64);
+                    // At the newest state the rest of the list is a range of the store, counted
+                    // without copying a key; an older snapshot is counted as it is rebuilt.
+                    let rest = if rv == current {
+                        st.store.range(&key, ns, Some(&last)).count()
+                    } else {
+                        1 + objects.count()
+                    };
+                    remaining = Some(rest as u64);
                 }
                 break;
             }

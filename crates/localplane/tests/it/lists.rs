@@ -194,11 +194,13 @@ async fn continue_pages_show_the_first_pages_snapshot() {
         .map(|w| (w.name_any(), w.data["spec"]["size"].as_i64().unwrap()))
         .collect();
     let mut cont = first.metadata.continue_.clone();
+    let mut remaining = Vec::new();
     while let Some(c) = cont.filter(|c| !c.is_empty()) {
         let page = api
             .list(&ListParams::default().limit(2).continue_token(&c))
             .await
             .unwrap();
+        remaining.push(page.metadata.remaining_item_count);
         assert_eq!(
             page.metadata.resource_version.as_deref(),
             Some(snapshot.as_str())
@@ -221,6 +223,11 @@ async fn continue_pages_show_the_first_pages_snapshot() {
         ],
         "the pages are the list as of the first page"
     );
+    // Counted in the snapshot too: after w3 and w4 only w5 remains (w6 came later).
+    assert_eq!(remaining, [Some(1), None]);
+    // At the newest state: w1 is listed, w2, w4, w5 and w6 remain.
+    let newest = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(newest.metadata.remaining_item_count, Some(4));
 
     // A selected list sends no remaining count.
     let sel = api
