@@ -47,11 +47,6 @@ impl Identity {
         }
     }
 
-    pub fn with_groups(mut self, groups: &[&str]) -> Identity {
-        self.groups = groups.iter().map(|g| g.to_string()).collect();
-        self
-    }
-
     pub fn user_name(&self) -> &str {
         self.user.as_deref().unwrap_or(&self.name)
     }

@@ -122,7 +122,7 @@ impl Settings {
             identity: default_identity(),
             shutdown_grace: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
-            ipam_failure_threshold: crate::ipam::breaker::DEFAULT_FAILURE_THRESHOLD,
+            ipam_failure_threshold: 5,
             ipam_probe_interval: Duration::from_secs(1),
             retry_qps: 10.0,
             retry_burst: 100,

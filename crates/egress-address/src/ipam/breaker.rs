@@ -13,9 +13,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Consecutive failures that open the breaker.
-pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
-
 #[derive(Debug)]
 struct State {
     failures: u32,

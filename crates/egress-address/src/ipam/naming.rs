@@ -7,6 +7,7 @@
 //! ever uses or releases it.
 
 use egress_api::ipam::IPClaim;
+use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 /// Prefix of every claim this controller creates.
@@ -91,14 +92,7 @@ pub enum Owner {
 
 /// Judges a claim's annotations against an incarnation.
 pub fn owner(claim: &IPClaim, of: &Incarnation<'_>) -> Owner {
-    let get = |key: &str| {
-        claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
-    };
+    let get = |key: &str| claim.annotations().get(key).map(String::as_str);
     let namespace = get(ANNOTATION_SHARD_NAMESPACE);
     let name = get(ANNOTATION_SHARD_NAME);
     if namespace != Some(of.namespace) || name != Some(of.name) {

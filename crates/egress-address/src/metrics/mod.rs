@@ -619,6 +619,7 @@ impl Metrics {
     }
 
     /// The queue as a scrape would see it now.
+    #[cfg(test)]
     pub fn queue_load(&self) -> QueueLoad {
         self.runtime.queue_gauges.load()
     }

@@ -267,6 +267,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 
     /// Keys ready now, scheduled, and being processed.
+    #[cfg(test)]
     pub fn counts(&self) -> (usize, usize, usize) {
         let st = self.lock();
         (st.ready.len(), st.scheduled.len(), st.active.len())

@@ -84,11 +84,6 @@ impl CachedShard {
     pub fn resource_version(&self) -> Option<&str> {
         self.resource_version.as_deref()
     }
-
-    /// Bytes the (compressed) body takes.
-    pub fn body_len(&self) -> usize {
-        self.body.len()
-    }
 }
 
 /// Drops what the cache never keeps: `managedFields` and `status` (see the module documentation).

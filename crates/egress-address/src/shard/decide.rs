@@ -6,6 +6,7 @@ use egress_api::shard::{
     AddressClaimRef, CLAIM_REF_DEFAULT_API_GROUP, EgressShard, LABEL_EGRESS_IPV6,
     LABEL_VALUE_FAMILY_SERVED,
 };
+use kube::ResourceExt;
 
 use crate::ipam::holding::Holding;
 
@@ -38,13 +39,7 @@ pub fn decide(shard: &EgressShard) -> Decision {
 }
 
 fn has_served_label(shard: &EgressShard) -> bool {
-    shard
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_EGRESS_IPV6))
-        .map(String::as_str)
-        == Some(LABEL_VALUE_FAMILY_SERVED)
+    shard.labels().get(LABEL_EGRESS_IPV6).map(String::as_str) == Some(LABEL_VALUE_FAMILY_SERVED)
 }
 
 fn set_served_label(shard: &mut EgressShard) {

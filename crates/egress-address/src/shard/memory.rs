@@ -296,15 +296,6 @@ impl ShardMemory {
         inner.tidy(key);
     }
 
-    /// The other shards carrying `address`.
-    pub fn holders_of(&self, address: Ipv6Addr, except: &ShardKey) -> Vec<ShardKey> {
-        self.lock()
-            .holders
-            .get(&address)
-            .map(|keys| keys.iter().filter(|k| *k != except).cloned().collect())
-            .unwrap_or_default()
-    }
-
     /// Whether an event should go out now, recording it if so. The same reason with the same
     /// note for the same shard is held back for `repeat_after`; a different note goes out at
     /// once, since the situation changed.

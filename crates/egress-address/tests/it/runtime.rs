@@ -119,15 +119,14 @@ async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
     let ctl = leading(&plane, "leaving").await;
     let mut slow = fault("cell", "update", "egressshards", 0);
     slow.error_rate = 0.0;
-    slow.latency_ms = 800;
+    slow.commit_delay_ms = 800;
     plane.set_faults(vec![slow]);
     plane.create_shard("in-flight").await;
-    // Stop once the claim exists: the shard update is then on the wire.
-    eventually(5, "the claim", || async {
-        plane.claim_now(&plane.claim_name("in-flight")).map(|_| ())
+    // Stop once the server holds the shard update back: the write is then on the wire.
+    eventually(5, "the shard update on the wire", || async {
+        (plane.lp().metrics().injected_faults().delayed_commits > 0).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     ctl.stop().await.unwrap();
     let shard = plane.shard_now("in-flight").unwrap();
     assert!(
