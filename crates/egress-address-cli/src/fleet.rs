@@ -35,10 +35,18 @@ pub fn locate_controller(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         }
         bail!("--controller-bin {}: no such file", p.display());
     }
+    locate_binary(NAME).with_context(|| {
+        format!("build it with `cargo build --release -p egress-address --bin {NAME}` (or the same without --release for tests), or pass --controller-bin")
+    })
+}
+
+/// The workspace binary `name` of this executable's profile: next to this executable, or
+/// above it (test executables live in `deps/`).
+pub fn locate_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the current executable")?;
     let mut dir = exe.parent().map(Path::to_path_buf);
     while let Some(d) = dir {
-        let candidate = d.join(NAME);
+        let candidate = d.join(name);
         if candidate.is_file() {
             return Ok(candidate);
         }
@@ -47,10 +55,7 @@ pub fn locate_controller(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         }
         dir = d.parent().map(Path::to_path_buf);
     }
-    bail!(
-        "{NAME} was not found next to {}; build it with `cargo build --release -p egress-address --bin {NAME}` (or the same without --release for tests), or pass --controller-bin",
-        exe.display()
-    )
+    bail!("{name} was not found next to {}", exe.display())
 }
 
 /// The controller binary for the `bench` and `chaos` commands. Under `cargo run` (which sets

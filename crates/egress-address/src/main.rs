@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(err) => {
             error!(%err, "could not start the async runtime");
@@ -42,6 +42,17 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The async runtime: one worker thread unless `TOKIO_WORKER_THREADS` asks for more. The
+/// controller waits on the network far more than it computes; with a worker per core, a fifth of
+/// its CPU went to threads waking one another (docs/architecture.md, decisions).
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.enable_all().build()
 }
 
 async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<()> {

@@ -71,7 +71,7 @@ pub async fn measure(args: &GrowthArgs, bin: &Path) -> anyhow::Result<GrowthRepo
         let mut restart = None;
         for rep in 1..=args.repeat {
             eprintln!("bench growth: {n} shards, run {rep}");
-            ideal_walls.push(ideal_run(n, args.concurrency, objects).await?);
+            ideal_walls.push(ideal_run(n, args.concurrency, objects, timeout).await?);
             let (run, w, ctl, spec) =
                 controller_run(bin, n, args.concurrency, rep, timeout, objects, &[]).await?;
             eprintln!(

@@ -5,8 +5,17 @@
 //! one list, unpaginated, over the same HTTP. (Until 2026-12 it read them from the server's
 //! memory, as if from a watch it already held, which left the controller's own initial list, about
 //! 0.6 s of 10,000 production-shaped shards, on one side of the ratio only.)
+//!
+//! The matrix runs it as a process of its own ([`spawn`], `egress-address bench ideal-client`),
+//! as every client of an API server is, and times it from its spawn to its last address exactly
+//! as it times the controller. Run inside the bench process ([`run`]), it shares the server's
+//! threads: a request and its answer can pass between client and server without either process
+//! being woken by the kernel, a shortcut no real client has (2026-12: 0.3–0.5 s of a 10,000-shard
+//! run at concurrency 4).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -17,13 +26,94 @@ use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 
 use localplane::testing::{
-    ADDRESS_CLASS, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, address_of,
+    ADDRESS_CLASS, ADMIN, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, address_of,
 };
 
-/// Addresses every shard of `namespace` with `concurrency` parallel tasks; the wall time.
+use crate::fleet;
+
+/// `egress-address bench ideal-client`: the ideal client as a process of its own (see [`spawn`]).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Kubeconfig of the cell holding the shards.
+    #[arg(long)]
+    pub cell_kubeconfig: PathBuf,
+    /// Kubeconfig whose server is the platform project's control plane.
+    #[arg(long)]
+    pub ipam_kubeconfig: PathBuf,
+    /// Namespace of the shards to address.
+    #[arg(long)]
+    pub namespace: String,
+    /// Shards addressed in parallel.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+}
+
+/// The body of `egress-address bench ideal-client`.
+pub async fn client(args: &ClientArgs) -> anyhow::Result<()> {
+    let cell = client_from(&args.cell_kubeconfig).await?;
+    let ipam = client_from(&args.ipam_kubeconfig).await?;
+    address_all(
+        Api::namespaced(cell, &args.namespace),
+        Api::namespaced(ipam, CLAIM_NAMESPACE),
+        &args.namespace,
+        args.concurrency,
+    )
+    .await
+    .map(drop)
+}
+
+async fn client_from(path: &Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("loading {}", path.display()))?;
+    kube::Client::try_from(config).with_context(|| format!("a client from {}", path.display()))
+}
+
+/// Starts the ideal client as a process of its own over the shards of `namespace` in `world`,
+/// as the admin of both planes. It exits once every shard it listed is addressed. It runs on one
+/// runtime thread, as the controller does by default, so the two differ in what they do, not in
+/// how their requests are scheduled.
+pub fn spawn(
+    world: &World,
+    namespace: &str,
+    concurrency: usize,
+) -> anyhow::Result<tokio::process::Child> {
+    let bin = fleet::locate_binary("egress-address")?;
+    tokio::process::Command::new(&bin)
+        .args(["bench", "ideal-client", "--cell-kubeconfig"])
+        .arg(world.kubeconfig("cell", ADMIN))
+        .arg("--ipam-kubeconfig")
+        .arg(world.kubeconfig(world.project(), ADMIN))
+        .args(["--namespace", namespace, "--concurrency"])
+        .arg(concurrency.to_string())
+        .env("TOKIO_WORKER_THREADS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
+}
+
+/// Addresses every shard of `namespace` with `concurrency` parallel tasks inside this process;
+/// the wall time.
 pub async fn run(world: &World, namespace: &str, concurrency: usize) -> anyhow::Result<Duration> {
-    let shards: Api<EgressShard> = Api::namespaced(world.cell(), namespace);
-    let claims: Api<IPClaim> = world.claims();
+    address_all(
+        Api::namespaced(world.cell(), namespace),
+        world.claims(),
+        namespace,
+        concurrency,
+    )
+    .await
+}
+
+async fn address_all(
+    shards: Api<EgressShard>,
+    claims: Api<IPClaim>,
+    namespace: &str,
+    concurrency: usize,
+) -> anyhow::Result<Duration> {
     let start = Instant::now();
     let listed = shards
         .list(&ListParams::default())

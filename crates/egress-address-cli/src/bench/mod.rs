@@ -59,6 +59,9 @@ pub enum Mode {
     /// A long run over addressed shards at the controller's defaults: IPAM and cell requests per
     /// shard per hour and per minute (the drift check), RSS sampled over time, optional churn.
     Soak(soak::SoakArgs),
+    /// The ideal client as a process of its own, as the matrix starts it.
+    #[command(hide = true)]
+    IdealClient(ideal::ClientArgs),
 }
 
 /// Options every mode shares.
@@ -169,6 +172,7 @@ pub async fn run(cli: BenchCli) -> anyhow::Result<()> {
             let r = soak::measure(&a, &bin).await?;
             emit(&r.markdown(), a.common.output.as_deref())
         }
+        Some(Mode::IdealClient(a)) => ideal::client(&a).await,
     }
 }
 
@@ -198,7 +202,7 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
         let mut ideal_walls = vec![];
         for rep in 1..=args.repeat {
             // Ideal and controller runs alternate, so a slow spell of the machine hits both.
-            ideal_walls.push(ideal_run(n, c, args.objects).await?);
+            ideal_walls.push(ideal_run(n, c, args.objects, timeout).await?);
             let (run, w, mut ctl, spec) =
                 controller_run(bin, n, c, rep, timeout, args.objects, &[]).await?;
             eprintln!(
@@ -235,11 +239,44 @@ async fn world_with(n: usize, objects: Objects) -> anyhow::Result<World> {
     Ok(w)
 }
 
-/// The ideal client over N fresh shards in a localplane of its own; its wall time.
-async fn ideal_run(n: usize, c: usize, objects: Objects) -> anyhow::Result<Duration> {
+/// The ideal client over N fresh shards in a localplane of its own, as a process of its own; its
+/// wall time, from its spawn to its last address, as the controller's is taken.
+async fn ideal_run(
+    n: usize,
+    c: usize,
+    objects: Objects,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
     let w = world_with(n, objects).await?;
     w.reset_counters();
-    let wall = ideal::run(&w, BENCH_NAMESPACE, c).await?;
+    let mut progress = w
+        .lp()
+        .cell()
+        .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
+    let started = Instant::now();
+    let mut client = ideal::spawn(&w, BENCH_NAMESPACE, c)?;
+    let wall = loop {
+        let (total, done) = progress
+            .wait_for(Duration::from_millis(25), |total, done| total == done)
+            .await;
+        if total == done {
+            break started.elapsed();
+        }
+        if let Some(status) = client.try_wait()? {
+            bail!(
+                "the ideal client exited with {status} after addressing {done} of {total} shards"
+            );
+        }
+        if started.elapsed() > timeout {
+            bail!("the ideal client addressed {done} of {total} shards in {timeout:?}");
+        }
+    };
+    let status = tokio::time::timeout(timeout, client.wait())
+        .await
+        .context("the ideal client did not exit after addressing every shard")??;
+    if !status.success() {
+        bail!("the ideal client exited with {status}");
+    }
     w.lp().metrics().settled().await;
     // One list, then two requests per shard.
     let ideal_requests = w.lp().metrics().total();

@@ -19,6 +19,7 @@ use super::leader::LeaderToken;
 use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
 use crate::kube_status::{is_unauthorized, transport_cause};
+use crate::shard::decide::{Decision, decide};
 use crate::shard::{CachedShard, ShardKey, ShardMemory};
 
 /// What the watch task works with.
@@ -80,6 +81,7 @@ impl Watch {
             // Memory first, then the store, then the queue: a worker that takes the key must
             // find the cache already showing what the event said.
             let mut ready: Vec<ShardKey> = Vec::new();
+            let mut applied: Option<ShardKey> = None;
             match &event {
                 watcher::Event::Init => listing.clear(),
                 watcher::Event::InitApply(shard) => {
@@ -105,7 +107,15 @@ impl Watch {
                 watcher::Event::Apply(shard) => {
                     let key = ShardKey::of(shard);
                     self.memory.observe(&key, shard);
-                    ready.push(key);
+                    // A shard that shows nothing left to do, most often the echo of this
+                    // controller's own address write, is not queued: its reconcile would only
+                    // decode it again to find that out (what it would record, `observe` did). A
+                    // deleted incarnation's release needs no event: its DELETED event queued the
+                    // key, and the key stays queued, scheduled or parked until it is released.
+                    if decide(shard) != Decision::Nothing {
+                        ready.push(key.clone());
+                    }
+                    applied = Some(key);
                 }
                 watcher::Event::Delete(shard) => {
                     let key = ShardKey::of(shard);
@@ -129,6 +139,9 @@ impl Watch {
                 self.queue_if_leading(key);
             }
             if let Some(rv) = rv.as_deref() {
+                if let Some(key) = &applied {
+                    self.memory.cached_at(key, rv);
+                }
                 self.activity.observed(rv);
             }
             // Ready only once the listed shards are queued: whoever waits for readiness and

@@ -225,6 +225,19 @@ impl ShardMemory {
         }
     }
 
+    /// The cache now holds `key` at `version`: once that is past the version we wrote over,
+    /// [`ShardMemory::is_stale`] has nothing left to guard.
+    pub fn cached_at(&self, key: &ShardKey, version: &str) {
+        if let Some(record) = self.lock().records.get_mut(key)
+            && record
+                .written_over
+                .as_deref()
+                .is_some_and(|ours| ours != version)
+        {
+            record.written_over = None;
+        }
+    }
+
     /// Whether the cache still shows the version we already wrote over.
     pub fn is_stale(&self, key: &ShardKey, shard: &EgressShard) -> bool {
         let mut inner = self.lock();
@@ -624,6 +637,21 @@ mod tests {
         newer.metadata.resource_version = Some("2".into());
         assert!(!m.is_stale(&key("a"), &newer));
         assert!(!m.is_stale(&key("a"), &s), "a newer version was seen");
+    }
+
+    #[test]
+    fn a_cache_past_our_write_ends_the_staleness_without_a_reconcile() {
+        let m = memory();
+        let s = shard("a", "u1", "");
+        m.observe(&key("a"), &s);
+        m.wrote_over(&key("a"), Some("1"));
+        m.cached_at(&key("a"), "1");
+        assert!(
+            m.is_stale(&key("a"), &s),
+            "the cache still shows what we wrote over"
+        );
+        m.cached_at(&key("a"), "2");
+        assert!(!m.is_stale(&key("a"), &s));
     }
 
     #[test]

@@ -92,6 +92,15 @@ async fn a_new_shard_costs_exactly_two_requests() {
     })
     .await;
     assert_eq!(ctl.claim_outcomes("Bound"), 1);
+    // One reconcile: the watch event of the controller's own write shows nothing left to do,
+    // and queues nothing.
+    assert_eq!(
+        ctl.sample(
+            "controller_runtime_reconcile_total",
+            &[("controller", "egressshardaddress"), ("result", "success")]
+        ),
+        1
+    );
     ctl.stop().await.unwrap();
 }
 
