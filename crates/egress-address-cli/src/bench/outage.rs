@@ -17,7 +17,7 @@ use localplane::{FaultOutcome, FaultRule};
 use super::host::{LoadAvg, load_range, mib};
 use super::report::pass;
 use super::shape;
-use super::{BENCH_NAMESPACE, Common, command_line, ideal, world_with};
+use super::{BENCH_NAMESPACE, Common, command_line, ideal_run};
 use crate::fleet::{self, ControllerSpec};
 
 /// How IPAM is down.
@@ -99,15 +99,15 @@ pub async fn measure(args: &OutageArgs, bin: &Path) -> anyhow::Result<OutageRepo
         objects,
         ..Default::default()
     };
+    let timeout = Duration::from_secs(args.run_timeout_seconds);
     if !args.no_ideal {
         eprintln!(
             "bench outage: the ideal client over {} fresh shards",
             args.pending
         );
-        let w = world_with(args.pending, objects).await?;
-        report.ideal_wall = Some(ideal::run(&w, BENCH_NAMESPACE, args.concurrency).await?);
+        report.ideal_wall =
+            Some(ideal_run(args.pending, args.concurrency, objects, timeout).await?);
         report.loads.extend(LoadAvg::now());
-        w.shutdown().await;
     }
 
     let w = fleet::world().start().await?;
@@ -122,7 +122,6 @@ pub async fn measure(args: &OutageArgs, bin: &Path) -> anyhow::Result<OutageRepo
         ..ControllerSpec::new(&w, bin.to_path_buf(), "bench-outage")
     };
     let mut ctl = spec.spawn()?;
-    let timeout = Duration::from_secs(args.run_timeout_seconds);
     ctl.wait_ready(timeout).await?;
 
     eprintln!(
