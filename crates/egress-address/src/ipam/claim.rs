@@ -46,6 +46,13 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
+    /// The claim of the name was made for another incarnation of this shard, and that one is the
+    /// shard alive now: the object this pass decided from has been deleted and replaced since
+    /// (another writer claimed for the new one). Retried once the cache shows the live shard.
+    #[error(
+        "the IPClaim {claim:?} is held by the live shard of this name (uid {uid}); this pass read an earlier one"
+    )]
+    Superseded { claim: String, uid: String },
     /// IPAM named a retained allocation that could not be read.
     #[error("read the retained allocation {allocation:?}: {source}")]
     ReadAllocation {
@@ -106,6 +113,7 @@ impl ClaimError {
             ClaimError::Unbound { .. } => "Unbound",
             ClaimError::Unusable { .. } => "Unusable",
             ClaimError::Foreign { .. } => "NameCollision",
+            ClaimError::Superseded { .. } => "Superseded",
         }
     }
 
@@ -121,8 +129,19 @@ impl ClaimError {
     }
 }
 
-/// Claims an address for one incarnation of a shard and returns what holds it.
-pub async fn claim(ipam: &Ipam, req: &ClaimRequest<'_>) -> Result<Holding, ClaimError> {
+/// Claims an address for one incarnation of a shard and returns what holds it. A claim of the
+/// name made for another incarnation is released only when `lives` (asked with that
+/// incarnation's UID, after the claim was read) says no shard of that UID exists: the caller
+/// reads the cell, which this module does not.
+pub async fn claim<F, Fut>(
+    ipam: &Ipam,
+    req: &ClaimRequest<'_>,
+    lives: F,
+) -> Result<Holding, ClaimError>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<bool, kube::Error>>,
+{
     let name = req.name();
     let desired = desired_claim(req);
     // At most twice: a second create only follows the release of an earlier incarnation's claim.
@@ -167,9 +186,22 @@ pub async fn claim(ipam: &Ipam, req: &ClaimRequest<'_>) -> Result<Holding, Claim
         match owner(&existing, &req.incarnation()) {
             Owner::This => return claim_holding(req, &name, &existing),
             Owner::OtherIncarnation { uid } => {
-                // This cell's shard of this name was deleted and created again; the deleted
-                // one's claim is released, and only that object (the UID precondition), so a
-                // newer claim of the name can never be the one freed.
+                // Another incarnation of this cell's shard made the claim. Which one is gone is
+                // known only from the cell: usually the claim's (the shard was deleted and
+                // created again), but a pass that decided from an out-of-date object may be the
+                // gone one, and the claim the live shard's.
+                match lives(uid.clone()).await {
+                    Ok(false) => {}
+                    Ok(true) => return Err(ClaimError::Superseded { claim: name, uid }),
+                    Err(source) => {
+                        return Err(ClaimError::Read {
+                            claim: name,
+                            source,
+                        });
+                    }
+                }
+                // The claim's incarnation is gone; its claim is released, and only that object
+                // (the UID precondition), so a newer claim of the name can never be the one freed.
                 let claim_uid = existing.metadata.uid.clone().unwrap_or_default();
                 match ipam
                     .delete_claim(req.claim_namespace, &name, &claim_uid)

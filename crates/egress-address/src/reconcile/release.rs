@@ -1,18 +1,21 @@
 //! Releasing the claim of a shard that is really gone, and only that shard's claim.
 //!
 //! Three guards, each enough to keep a live shard's claim: the shard's incarnation is confirmed
-//! gone against the API server (never the cache alone); the claim is read and its annotations
-//! must name this cell and that incarnation (or, for a claim made before claims were marked, be
-//! the exact claim the deleted shard recorded); and the DELETE carries the claim's UID as a
-//! precondition, so a delete that lands late cannot remove a newer claim of the same name.
+//! gone against the API server (never the cache alone; when the release does not know which
+//! incarnation was deleted, the one the claim names is confirmed gone after the claim is read);
+//! the claim is read and its annotations must name this cell and that incarnation (or, for a
+//! claim made before claims were marked, be the exact claim the deleted shard recorded); and the
+//! DELETE carries the claim's UID as a precondition, so a delete that lands late cannot remove a
+//! newer claim of the same name.
 
+use kube::ResourceExt;
 use tracing::{debug, info};
 
 use super::Context;
 use crate::Error;
 use crate::ipam::client::Deleted;
 use crate::ipam::holding::HolderKind;
-use crate::ipam::naming::{Incarnation, Owner, claim_name, owner};
+use crate::ipam::naming::{ANNOTATION_SHARD_UID, Incarnation, Owner, claim_name, owner};
 use crate::kube_status::is_not_found;
 use crate::shard::{Gone, ShardKey};
 
@@ -36,7 +39,7 @@ pub(super) async fn gone(ctx: &Context, key: &ShardKey, gone: &Gone) -> Result<(
 }
 
 /// Releases the claim of a shard the API server says does not exist and this instance never saw
-/// deleted: only the claim this cell would have made for it, whichever incarnation it was.
+/// deleted: only the claim this cell would have made for it, for an incarnation that is gone.
 pub(super) async fn unseen(ctx: &Context, key: &ShardKey) -> Result<(), Error> {
     release(ctx, key, &Gone::unknown()).await
 }
@@ -85,6 +88,10 @@ async fn release(ctx: &Context, key: &ShardKey, gone: &Gone) -> Result<(), Error
                 continue;
             }
         }
+        if gone.uid.is_none() && claimed_incarnation_lives(ctx, key, &claim).await? {
+            info!(shard = %key, claim = %name, "the claim is a live shard's, made since this release began; left alone");
+            continue;
+        }
         ctx.may_write()?;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let deleted = ctx
@@ -108,4 +115,22 @@ async fn release(ctx: &Context, key: &ShardKey, gone: &Gone) -> Result<(), Error
         }
     }
     Ok(())
+}
+
+/// Whether the incarnation a claim names is alive now. A release that did not know which
+/// incarnation was gone learns it only from the claim, read after the API server said no shard of
+/// the name existed; another writer (a second controller, a paused leader's successor) may have
+/// created one since and claimed for it. Read after the claim, a live shard of the claim's UID
+/// means the claim is that shard's; none means that incarnation is gone for good (UIDs are never
+/// reused).
+async fn claimed_incarnation_lives(
+    ctx: &Context,
+    key: &ShardKey,
+    claim: &egress_api::ipam::IPClaim,
+) -> Result<bool, Error> {
+    let claimed = claim.annotations().get(ANNOTATION_SHARD_UID);
+    Ok(ctx
+        .read_live(key)
+        .await?
+        .is_some_and(|live| live.metadata.uid.as_ref() == claimed))
 }

@@ -433,6 +433,119 @@ async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
 }
 
 #[tokio::test]
+async fn a_release_of_an_unseen_incarnation_keeps_the_claim_of_one_born_since() {
+    let plane = Plane::start().await;
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("phoenix").await;
+    addressed(&plane, "phoenix").await;
+    // Claim reads are slow, so the last release of a deletion (of whatever incarnation had the
+    // name, once the API server says there is none) reads the claim well after it decided.
+    let mut slow_reads = fault(PLATFORM, "get", "ipclaims", 0);
+    slow_reads.error_rate = 0.0;
+    slow_reads.latency_ms = 600;
+    plane.set_faults(vec![slow_reads]);
+    plane.delete_shard("phoenix").await;
+    eventually(10, "the deleted shard's claim released", || async {
+        plane
+            .claim_now(&plane.claim_name("phoenix"))
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // Another writer (a second controller racing this one) gives a new shard of the name its
+    // claim while that read is on its way.
+    let reborn = plane.create_shard("phoenix").await;
+    let made = plane
+        .claims()
+        .create(
+            &PostParams::default(),
+            &plane.desired_claim("phoenix", &uid(&reborn)),
+        )
+        .await
+        .expect("the other writer's claim");
+    let again = eventually(20, "the new shard addressed", || async {
+        let s = plane.shard_now("phoenix")?;
+        (s.metadata.uid == reborn.metadata.uid && !s.spec.shard_address_ipv6.is_empty())
+            .then_some(s)
+    })
+    .await;
+    settled(&ctl, &again).await;
+    let claim = plane
+        .claim_now(&plane.claim_name("phoenix"))
+        .expect("the live shard's claim was released");
+    assert_eq!(
+        claim.metadata.uid, made.metadata.uid,
+        "the claim made for the live shard was released and replaced"
+    );
+    plane.clear_faults();
+    ctl.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_pass_that_read_an_earlier_incarnation_never_releases_the_live_ones_claim() {
+    use egress_address::ipam::Ipam;
+    use egress_address::ipam::breaker::Breaker;
+    use egress_address::ipam::claim::{ClaimError, claim};
+    use egress_address::ipam::spec::ClaimRequest;
+
+    let plane = Plane::start().await;
+    // The live shard of the name, and the claim another writer made for it.
+    let live = plane.create_shard("lazarus").await;
+    let made = plane
+        .claims()
+        .create(
+            &PostParams::default(),
+            &plane.desired_claim("lazarus", &uid(&live)),
+        )
+        .await
+        .expect("the other writer's claim");
+    let mut registry = prometheus_client::registry::Registry::default();
+    let ipam = Ipam::new(
+        plane.ipam_for_controller().await,
+        egress_address::Metrics::register(&mut registry),
+        std::time::Duration::from_secs(5),
+        Breaker::new(5, std::time::Duration::from_secs(1)),
+    );
+    let cell = plane.cell_id();
+    // This pass decided from an incarnation deleted since (its cache was behind).
+    let req = ClaimRequest {
+        class_name: CLASS,
+        claim_namespace: CLAIM_NS,
+        location: LOCATION,
+        cell: &cell,
+        shard_namespace: SHARD_NS,
+        shard_name: "lazarus",
+        shard_uid: "6c1d3a7e-0000-4000-8000-000000000001",
+    };
+    let live_uid = uid(&live);
+    let cell_says = |asked: String| {
+        let live_uid = live_uid.clone();
+        async move { Ok::<_, kube::Error>(asked == live_uid) }
+    };
+    let err = claim(&ipam, &req, cell_says)
+        .await
+        .expect_err("a pass for a gone incarnation got an address");
+    assert!(matches!(err, ClaimError::Superseded { .. }), "{err:?}");
+    let kept = plane
+        .claim_now(&plane.claim_name("lazarus"))
+        .expect("the live shard's claim was released");
+    assert_eq!(kept.metadata.uid, made.metadata.uid);
+
+    // Once the cell says the claim's incarnation is gone, it is released and a fresh one made.
+    let gone_now = |_: String| async { Ok::<_, kube::Error>(false) };
+    let holding = claim(&ipam, &req, gone_now)
+        .await
+        .expect("a fresh claim for the pass's incarnation");
+    let fresh = plane.claim_now(&plane.claim_name("lazarus")).unwrap();
+    assert_ne!(fresh.metadata.uid, made.metadata.uid);
+    assert_eq!(
+        annotation(&fresh, ANNOTATION_SHARD_UID).as_deref(),
+        Some(req.shard_uid)
+    );
+    assert_eq!(holding.name, plane.claim_name("lazarus"));
+}
+
+#[tokio::test]
 async fn a_claim_whose_answer_was_lost_is_found_and_used_once() {
     let plane = Plane::start().await;
     // Every claim create commits, and the client sees the connection cut.
