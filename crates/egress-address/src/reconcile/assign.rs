@@ -37,12 +37,7 @@ pub(super) async fn claim_and_assign(
         shard_name: &key.name,
         shard_uid: uid,
     };
-    let lives = |uid: String| async move {
-        let live = ctx
-            .timed(ctx.shards(&key.namespace).get_opt(&key.name))
-            .await?;
-        Ok(live.is_some_and(|s| s.metadata.uid.as_deref() == Some(uid.as_str())))
-    };
+    let lives = |uid: String| async move { ctx.incarnation_lives(key, &uid).await };
     let holding = match claim(&ctx.ipam, &req, lives).await {
         Ok(holding) => holding,
         Err(err) => return claim_failed(ctx, key, shard, err, notes),

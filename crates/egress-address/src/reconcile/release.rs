@@ -120,17 +120,19 @@ async fn release(ctx: &Context, key: &ShardKey, gone: &Gone) -> Result<(), Error
 /// Whether the incarnation a claim names is alive now. A release that did not know which
 /// incarnation was gone learns it only from the claim, read after the API server said no shard of
 /// the name existed; another writer (a second controller, a paused leader's successor) may have
-/// created one since and claimed for it. Read after the claim, a live shard of the claim's UID
-/// means the claim is that shard's; none means that incarnation is gone for good (UIDs are never
-/// reused).
+/// created one since and claimed for it.
 async fn claimed_incarnation_lives(
     ctx: &Context,
     key: &ShardKey,
     claim: &egress_api::ipam::IPClaim,
 ) -> Result<bool, Error> {
-    let claimed = claim.annotations().get(ANNOTATION_SHARD_UID);
-    Ok(ctx
-        .read_live(key)
-        .await?
-        .is_some_and(|live| live.metadata.uid.as_ref() == claimed))
+    let Some(claimed) = claim.annotations().get(ANNOTATION_SHARD_UID) else {
+        return Ok(false);
+    };
+    ctx.incarnation_lives(key, claimed)
+        .await
+        .map_err(|source| Error::ReadShard {
+            shard: key.to_string(),
+            source,
+        })
 }

@@ -221,18 +221,13 @@ async fn delete_with_a_finalizer_then_wait() {
         .spawn()
         .unwrap();
     // Let the waiter's watch open first, so it is the watch that sees the object go.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while lp
-        .metrics()
-        .count(|k| k.verb == "watch" && k.resource.starts_with("egressshards"))
-        == 0
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "kubectl wait never watched"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    localplane::testing::eventually(30, "kubectl wait's watch", || async {
+        let watches = lp
+            .metrics()
+            .count(|k| k.verb == "watch" && k.resource.starts_with("egressshards"));
+        (watches > 0).then_some(())
+    })
+    .await;
     k.ok(&[
         "patch",
         "egressshard",
