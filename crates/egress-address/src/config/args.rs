@@ -162,6 +162,10 @@ pub struct TuningArgs {
     /// Every addressed shard's holder is checked once per interval, spread over it; 0 turns it off.
     #[arg(long, env = "EGRESS_ADDRESS_DRIFT_CHECK_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub drift_check_interval: Duration,
+    /// Longest an unaddressed shard waits for its next try, whatever dropped its trigger: the
+    /// leader sweeps the cache once per interval; 0 turns the sweep off.
+    #[arg(long, env = "EGRESS_ADDRESS_UNADDRESSED_SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub unaddressed_sweep_interval: Duration,
     /// The same event on the same shard is repeated no sooner than this.
     #[arg(long, env = "EGRESS_ADDRESS_EVENT_REPEAT_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub event_repeat_interval: Duration,
@@ -340,6 +344,7 @@ impl Args {
         };
         s.recheck_interval = self.tuning.recheck_interval;
         s.drift_check_interval = self.tuning.drift_check_interval;
+        s.unaddressed_sweep_interval = self.tuning.unaddressed_sweep_interval;
         s.event_repeat_interval = self.tuning.event_repeat_interval;
         s.shutdown_grace = self.tuning.shutdown_grace;
         s.request_timeout = self.tuning.request_timeout;
@@ -451,6 +456,7 @@ mod tests {
             "--concurrency=9",
             "--recheck-interval=30s",
             "--drift-check-interval=0",
+            "--unaddressed-sweep-interval=15s",
             "--leader-election-lease-duration=3s",
             "--leader-election-renew-deadline=2s",
             "--leader-election-retry-period=500ms",
@@ -459,6 +465,7 @@ mod tests {
         assert_eq!(s.concurrency, 9);
         assert_eq!(s.recheck_interval, Duration::from_secs(30));
         assert!(s.drift_check_interval.is_zero());
+        assert_eq!(s.unaddressed_sweep_interval, Duration::from_secs(15));
         let le = s.leader_election.unwrap();
         assert_eq!(le.lease_duration, Duration::from_secs(3));
         assert_eq!(le.retry_period, Duration::from_millis(500));

@@ -77,6 +77,10 @@ pub struct Settings {
     /// Every addressed shard's holder is checked once per interval, spread evenly over it (one
     /// IPAM read at a time); zero turns the check off.
     pub drift_check_interval: Duration,
+    /// The leader queues every cached shard that should have an address, has none and is owed
+    /// no work, once per interval: the longest a dropped trigger can delay a shard. Zero turns
+    /// the sweep off.
+    pub unaddressed_sweep_interval: Duration,
     /// The same event for the same shard is repeated no sooner than this.
     pub event_repeat_interval: Duration,
     /// `None` runs without election: this instance always writes.
@@ -117,6 +121,7 @@ impl Settings {
             backoff: Backoff::default(),
             recheck_interval: Duration::from_secs(60),
             drift_check_interval: Duration::from_secs(3600),
+            unaddressed_sweep_interval: Duration::from_secs(60),
             event_repeat_interval: Duration::from_secs(3600),
             leader_election: Some(LeaderElection::new("default")),
             identity: default_identity(),

@@ -309,6 +309,9 @@ pub struct Metrics {
     ipam_requests: Family<RequestLabels, Counter>,
     ipam_request_duration: HistogramFamily<VerbLabels>,
     leader: Gauge,
+    lease_overdue: Gauge,
+    lease_lapses: Counter,
+    unaddressed_swept: Counter,
     ipam_up: Gauge,
     cell_up: Gauge,
     transport_errors: Family<TransportLabels, Counter>,
@@ -360,6 +363,21 @@ impl Metrics {
             m.leader.clone(),
         );
         r.register(
+            "leader_lease_overdue",
+            "1 while this leader's lease renewal is past its deadline and has not failed: writes wait, shards stay queued",
+            m.lease_overdue.clone(),
+        );
+        r.register(
+            "leader_lease_lapses",
+            "Times this leader's lease renewal passed its deadline before it was answered",
+            m.lease_lapses.clone(),
+        );
+        r.register(
+            "unaddressed_swept",
+            "Shards the periodic sweep found without an address and owed no work, and queued (each is a trigger something dropped)",
+            m.unaddressed_swept.clone(),
+        );
+        r.register(
             "ipam_up",
             "1 while IPAM's latest answer accepted the credential, 0 while it is unreachable or refuses it",
             m.ipam_up.clone(),
@@ -406,6 +424,9 @@ impl Metrics {
             ipam_requests: Family::default(),
             ipam_request_duration: Family::new_with_constructor(seconds_histogram),
             leader: Gauge::default(),
+            lease_overdue: Gauge::default(),
+            lease_lapses: Counter::default(),
+            unaddressed_swept: Counter::default(),
             ipam_up: Gauge::default(),
             cell_up: Gauge::default(),
             transport_errors: Family::default(),
@@ -500,6 +521,18 @@ impl Metrics {
 
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// Whether the lease renewal is overdue; a change to overdue counts a lapse.
+    pub fn set_lease_overdue(&self, overdue: bool) {
+        if overdue {
+            self.lease_lapses.inc();
+        }
+        self.lease_overdue.set(i64::from(overdue));
+    }
+
+    pub fn unaddressed_swept(&self, shards: u64) {
+        self.unaddressed_swept.inc_by(shards);
     }
 
     pub fn drift(&self, kind: &str) {

@@ -172,26 +172,40 @@ async fn reconcile_key(
     key: &ShardKey,
     notes: &mut Vec<Note>,
 ) -> Result<Next, Error> {
-    // Deleted incarnations first: what they held is released before anything else is claimed.
-    for gone in ctx.memory.gone(key) {
-        release::gone(ctx, key, &gone).await?;
+    let in_cache = || {
+        ctx.store
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .and_then(|c| c.shard())
+    };
+    let gone = ctx.memory.gone(key);
+    let mut cached = in_cache();
+    // The API server's word on the name, read at most once a pass: a release needs it, and so
+    // does a shard the cache lacks (absent from the cache is not proof of absence).
+    let live = if gone.is_empty() && cached.is_some() {
+        None
+    } else {
+        Some(ctx.read_live(key).await?)
+    };
+    if let Some(live) = &live {
+        // Deleted incarnations first: what they held is released before anything else is
+        // claimed. The cache is looked at again, after the read: what it shows then is no older.
+        cached = in_cache();
+        let read = release::LiveRead {
+            shard: live.as_ref(),
+            none_of_the_name: live.is_none() && cached.is_none(),
+        };
+        if !gone.is_empty() || read.none_of_the_name {
+            release::release(ctx, key, &gone, &read).await?;
+        }
     }
-    let cached = ctx
-        .store
-        .get(&ObjectRef::new(&key.name).within(&key.namespace))
-        .and_then(|c| c.shard());
-    let shard = match cached {
-        Some(cached) if ctx.memory.is_stale(key, &cached) => return Ok(Next::Done),
-        Some(cached) => cached,
-        // Absent from the cache is not proof of absence: only the API server's NotFound is.
-        None => match ctx.read_live(key).await? {
-            Some(live) => live,
-            None => {
-                release::unseen(ctx, key).await?;
-                ctx.memory.forget(key);
-                return Ok(Next::Done);
-            }
-        },
+    let shard = match (cached, live) {
+        (Some(cached), _) if ctx.memory.is_stale(key, &cached) => return Ok(Next::Done),
+        (Some(cached), _) => cached,
+        (None, Some(Some(live))) => live,
+        (None, _) => {
+            ctx.memory.forget(key);
+            return Ok(Next::Done);
+        }
     };
     match decide(&shard) {
         Decision::Skip => {

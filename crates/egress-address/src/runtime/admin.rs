@@ -42,11 +42,18 @@ async fn live() -> &'static str {
     "ok\n"
 }
 
-/// 200 `ready`, or 503 with one line per reason.
+/// 200 `ready` (with a line per note, such as an overdue lease renewal), or 503 with one line
+/// per reason.
 async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     let reasons = state.handle.not_ready_because();
     if reasons.is_empty() {
-        (StatusCode::OK, "ready\n".to_string())
+        let mut body = String::from("ready\n");
+        for note in state.handle.ready_notes() {
+            body.push_str("note: ");
+            body.push_str(&note);
+            body.push('\n');
+        }
+        (StatusCode::OK, body)
     } else {
         let mut body = String::from("not ready:\n");
         for reason in reasons {

@@ -71,11 +71,27 @@ impl LeaderToken {
     }
 
     pub fn is_leader(&self) -> bool {
+        self.inner.always || self.deadline().is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Whether this instance holds the lease as far as it knows: granted and neither revoked nor
+    /// lost, though its renewal may be overdue (then [`is_leader`](Self::is_leader) is false
+    /// until the renewal lands or fails). Work that arrives meanwhile is this instance's to do.
+    pub fn holds(&self) -> bool {
+        self.inner.always || crate::lock(&self.inner.until).is_some()
+    }
+
+    /// Whether the lease is held but its renewal is past its deadline.
+    pub fn is_overdue(&self) -> bool {
+        self.holds() && !self.is_leader()
+    }
+
+    /// Until when writes are granted; `None` without election or while not holding.
+    pub fn deadline(&self) -> Option<Instant> {
         if self.inner.always {
-            return true;
+            return None;
         }
-        let until = *crate::lock(&self.inner.until);
-        until.is_some_and(|t| Instant::now() < t)
+        *crate::lock(&self.inner.until)
     }
 
     /// Grants writes until `until`.
@@ -365,6 +381,25 @@ impl Elector {
     }
 }
 
+/// Where a late lease renewal is said: the log, the metrics and `/ready`.
+pub struct LapseReport {
+    pub metrics: Metrics,
+    pub readiness: Arc<super::readiness::Readiness>,
+}
+
+impl LapseReport {
+    pub(super) fn set(&self, overdue: bool, holds: bool, deadline: Option<tokio::time::Instant>) {
+        self.metrics.set_lease_overdue(overdue);
+        self.readiness.set_lease_overdue(overdue);
+        if overdue {
+            let late = deadline.map(|d| d.elapsed()).unwrap_or_default();
+            warn!(overdueBy = ?late, "the leader lease renewal is past its deadline; writes wait for it, shards stay queued");
+        } else if holds {
+            info!("the late leader lease renewal landed; writes resume");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,11 +411,18 @@ mod tests {
         assert!(!token.may_write());
         token.grant(Instant::now() + Duration::from_secs(10));
         assert!(token.is_leader());
+        assert!(!token.is_overdue());
         tokio::time::sleep(Duration::from_secs(11)).await;
         assert!(
             !token.is_leader(),
             "a missed renewal must stop writes by itself"
         );
+        assert!(token.holds(), "a late renewal is not a lost lease");
+        assert!(token.is_overdue());
+        token.grant(Instant::now() + Duration::from_secs(10));
+        assert!(token.is_leader() && !token.is_overdue());
+        token.revoke();
+        assert!(!token.holds() && !token.is_overdue());
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,6 +10,7 @@ pub mod leader;
 pub mod limiter;
 pub mod queue;
 pub mod readiness;
+pub mod sweep;
 pub mod watch;
 pub mod worker;
 
@@ -88,6 +89,11 @@ impl Handle {
     /// Why the controller is not ready (empty when it is).
     pub fn not_ready_because(&self) -> Vec<String> {
         self.readiness.reasons()
+    }
+
+    /// What `/ready` says beside its verdict (an overdue lease renewal).
+    pub fn ready_notes(&self) -> Vec<String> {
+        self.readiness.notes()
     }
 
     /// Whether the first full list of shards has been cached.
@@ -289,6 +295,10 @@ impl Controller {
             memory.clone(),
             queue.clone(),
             activity.clone(),
+            leader::LapseReport {
+                metrics: metrics.clone(),
+                readiness: readiness.clone(),
+            },
             stop_work.clone(),
         ));
         if !settings.drift_check_interval.is_zero() {
@@ -300,6 +310,22 @@ impl Controller {
                 settings.drift_check_interval,
                 stop_work.clone(),
             ));
+        }
+        if !settings.unaddressed_sweep_interval.is_zero() {
+            background.spawn(
+                sweep::Sweep {
+                    store: store.clone(),
+                    memory: memory.clone(),
+                    queue: queue.clone(),
+                }
+                .run(
+                    settings.unaddressed_sweep_interval,
+                    leader.clone(),
+                    readiness.clone(),
+                    metrics.clone(),
+                    stop_work.clone(),
+                ),
+            );
         }
         background.spawn(worker::release_parked(
             ctx.ipam.clone(),

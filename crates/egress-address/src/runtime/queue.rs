@@ -237,6 +237,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         true
     }
 
+    /// Whether the queue owes `key` a hand-out: it is ready, being processed, scheduled or
+    /// parked.
+    pub fn owes(&self, key: &K) -> bool {
+        let st = self.lock();
+        st.queued.contains(key)
+            || st.active.contains_key(key)
+            || st.scheduled.contains_key(key)
+            || st.parked.contains(key)
+    }
+
     /// Keys parked.
     pub fn parked(&self) -> usize {
         self.lock().parked.len()

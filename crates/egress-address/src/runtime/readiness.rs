@@ -22,6 +22,8 @@ pub enum CellHealth {
 struct State {
     synced: bool,
     cell: CellHealth,
+    /// Since when the leader's lease renewal has been overdue.
+    lease_overdue_since: Option<tokio::time::Instant>,
 }
 
 /// Readiness inputs, shared between the tasks and the handle.
@@ -38,6 +40,7 @@ impl Readiness {
             state: Mutex::new(State {
                 synced: false,
                 cell: CellHealth::Up,
+                lease_overdue_since: None,
             }),
             ipam,
             metrics,
@@ -63,6 +66,30 @@ impl Readiness {
         if changed {
             self.refresh();
         }
+    }
+
+    /// Whether the leader's lease renewal is past its deadline (it neither landed nor failed).
+    /// Not a reason to be unready: a standby is ready too, and the lease decides who writes.
+    pub fn set_lease_overdue(&self, overdue: bool) {
+        let mut st = crate::lock(&self.state);
+        st.lease_overdue_since = match (overdue, st.lease_overdue_since) {
+            (false, _) => None,
+            (true, since) => since.or_else(|| Some(tokio::time::Instant::now())),
+        };
+    }
+
+    /// What a reader of `/ready` should know although the controller is ready.
+    pub fn notes(&self) -> Vec<String> {
+        let st = crate::lock(&self.state);
+        st.lease_overdue_since
+            .map(|since| {
+                format!(
+                    "the leader lease renewal is {:.1} s overdue: writes wait for it, shards stay queued",
+                    since.elapsed().as_secs_f64()
+                )
+            })
+            .into_iter()
+            .collect()
     }
 
     /// Re-reads IPAM's health (it changes with every answer) and publishes the verdict.

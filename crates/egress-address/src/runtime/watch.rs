@@ -1,6 +1,10 @@
 //! The shard watch: keeps the cache (reflector store) and the per-shard memory true, and queues
 //! work for the leader. A standby queues nothing: it remembers only deletions (until the leader
 //! reports them released), and on taking over looks at every shard once.
+//!
+//! A leader whose lease renewal is late (past its deadline, neither answered nor failed) is still
+//! the holder: it keeps queueing, and its workers wait for the renewal. Dropping those events
+//! would lose them for good, since the renewal that lands is no change of leadership.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::activity::Activity;
-use super::leader::LeaderToken;
+use super::leader::{LapseReport, LeaderToken};
 use super::queue::WorkQueue;
 use super::readiness::{CellHealth, Readiness};
 use crate::kube_status::{is_unauthorized, transport_cause};
@@ -42,8 +46,8 @@ impl Watch {
         }
     }
 
-    fn queue_if_leading(&self, key: ShardKey) {
-        if self.leader.is_leader() {
+    fn queue_unless_standby(&self, key: ShardKey) {
+        if self.leader.holds() {
             self.queue.add(key);
         }
     }
@@ -136,7 +140,7 @@ impl Watch {
             let synced = matches!(event, watcher::Event::InitDone);
             self.writer.apply_watcher_event(&cached(event));
             for key in ready {
-                self.queue_if_leading(key);
+                self.queue_unless_standby(key);
             }
             if let Some(rv) = rv.as_deref() {
                 if let Some(key) = &applied {
@@ -178,34 +182,52 @@ fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
 }
 
 /// A new leader looks at every shard once, and at every deletion still pending: the previous
-/// leader may have left work unfinished. A leader that loses the lease drops its queue.
+/// leader may have left work unfinished. A leader that loses the lease drops its queue. A
+/// renewal past its deadline is no loss: it is said (a warning, the metric, a note on `/ready`)
+/// and the queue is kept for when it lands.
 pub async fn follow_leadership(
     leader: LeaderToken,
     store: Store<CachedShard>,
     memory: Arc<ShardMemory>,
     queue: Arc<WorkQueue<ShardKey>>,
     activity: Arc<Activity>,
+    lapse: LapseReport,
     stop: CancellationToken,
 ) {
     let mut rx = leader.subscribe();
-    let mut was_leader = false;
+    let (mut held, mut overdue) = (false, false);
     loop {
-        let leading = *rx.borrow_and_update() && leader.is_leader();
-        if leading && !was_leader {
+        rx.borrow_and_update();
+        let holds = leader.holds();
+        if holds && !held {
             for shard in store.state() {
                 queue.add(shard.key());
             }
             for key in memory.keys_with_deletions() {
                 queue.add(key);
             }
-        } else if !leading && was_leader {
+        } else if !holds && held {
             queue.clear();
         }
-        activity.set_leading(leading);
-        was_leader = leading;
+        held = holds;
+        let now_overdue = leader.is_overdue();
+        if now_overdue != overdue {
+            lapse.set(now_overdue, holds, leader.deadline());
+            overdue = now_overdue;
+        }
+        activity.set_leading(holds && !overdue);
+        // Nothing is sent when a deadline passes, so its moment is waited for here.
+        let deadline = leader.deadline().filter(|_| holds && !overdue);
         tokio::select! {
             _ = stop.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
+            _ = sleep_until_some(deadline), if deadline.is_some() => {}
         }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    if let Some(at) = deadline {
+        tokio::time::sleep_until(at).await;
     }
 }

@@ -167,7 +167,15 @@ pub struct Launch<'a> {
     pub log_flags: Option<&'a [&'a str]>,
     /// The IPAM kubeconfig, instead of the cell's.
     pub ipam_kubeconfig: Option<std::path::PathBuf>,
+    /// The leader election timing flags, instead of 3 s / 2 s / 250 ms.
+    pub lease_flags: Option<&'a [&'a str]>,
 }
+
+const LEASE_FLAGS: [&str; 3] = [
+    "--leader-election-lease-duration=3s",
+    "--leader-election-renew-deadline=2s",
+    "--leader-election-retry-period=250ms",
+];
 
 impl Proc {
     pub fn start(plane: &Plane, identity_env: &str) -> Proc {
@@ -191,6 +199,7 @@ impl Proc {
             stderr,
             log_flags,
             ipam_kubeconfig,
+            lease_flags,
         } = launch;
         let cell = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
         // Milo's grant kubeconfig names the base URL; the controller appends the project path.
@@ -209,11 +218,9 @@ impl Proc {
                 &format!("--health-probe-bind-address=127.0.0.1:{probe}"),
                 &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
                 &format!("--ipam-kubeconfig={}", ipam.display()),
-                "--leader-election-lease-duration=3s",
-                "--leader-election-renew-deadline=2s",
-                "--leader-election-retry-period=250ms",
                 "--backoff-base=50ms",
-            ]);
+            ])
+            .args(lease_flags.unwrap_or(&LEASE_FLAGS));
         match log_flags {
             Some(flags) => {
                 c.args(flags);

@@ -438,19 +438,30 @@ async fn a_release_of_an_unseen_incarnation_keeps_the_claim_of_one_born_since() 
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("phoenix").await;
     addressed(&plane, "phoenix").await;
-    // Claim reads are slow, so the last release of a deletion (of whatever incarnation had the
-    // name, once the API server says there is none) reads the claim well after it decided.
+    // The claim is gone already (an earlier release landed), and claim reads are slow: the
+    // release of the deletion reads the claim of the name well after the API server said no
+    // shard of the name exists, and so must judge whatever it finds by the incarnation it names.
+    plane
+        .claims()
+        .delete(&plane.claim_name("phoenix"), &Default::default())
+        .await
+        .unwrap();
     let mut slow_reads = fault(PLATFORM, "get", "ipclaims", 0);
     slow_reads.error_rate = 0.0;
     slow_reads.latency_ms = 600;
     plane.set_faults(vec![slow_reads]);
+    plane.reset_counters();
     plane.delete_shard("phoenix").await;
-    eventually(10, "the deleted shard's claim released", || async {
-        plane
-            .claim_now(&plane.claim_name("phoenix"))
-            .is_none()
-            .then_some(())
-    })
+    eventually(
+        10,
+        "the release's confirmation that no shard of the name exists",
+        || async {
+            (plane.requests(|k| {
+                k.verb == "get" && k.resource.starts_with("egressshards") && k.code == 404
+            }) >= 1)
+                .then_some(())
+        },
+    )
     .await;
     // Another writer (a second controller racing this one) gives a new shard of the name its
     // claim while that read is on its way.

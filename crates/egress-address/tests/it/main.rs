@@ -4,6 +4,7 @@ mod binary;
 mod common;
 mod events;
 mod invariants;
+mod lapse;
 mod observe;
 mod operations;
 mod rbac;

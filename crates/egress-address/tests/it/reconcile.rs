@@ -184,6 +184,68 @@ async fn a_deleted_shard_has_its_claim_deleted() {
     ctl.stop().await.unwrap();
 }
 
+/// The shard reads, claim reads and claim deletes one deleted shard cost, once it is forgotten.
+async fn release_cost(plane: &Plane, ctl: &Ctl, name: &str) -> (u64, u64, u64) {
+    let key = egress_address::ShardKey::new(SHARD_NS, name);
+    eventually(10, "the deleted shard forgotten", || async {
+        (!ctl.handle.remembers(&key)).then_some(())
+    })
+    .await;
+    idle(ctl).await;
+    let count = |verb: &'static str, resource: &'static str| {
+        plane.requests(move |k| k.verb == verb && k.resource.starts_with(resource))
+    };
+    (
+        count("get", "egressshards"),
+        count("get", "ipclaims"),
+        count("delete", "ipclaims"),
+    )
+}
+
+#[tokio::test]
+async fn a_gone_shard_is_read_once_and_its_claim_read_once_then_deleted() {
+    let (plane, ctl, shard) = with_addressed("read-once").await;
+    settled(&ctl, &shard).await;
+    plane.reset_counters();
+    plane.delete_shard("read-once").await;
+    let claim = plane.claim_name("read-once");
+    // Read from the store, so that the wait costs no request.
+    eventually(10, "the release", || async {
+        plane.claim_now(&claim).is_none().then_some(())
+    })
+    .await;
+    assert_eq!(
+        release_cost(&plane, &ctl, "read-once").await,
+        (1, 1, 1),
+        "one confirmation, one claim read, one conditional delete: {:#?}",
+        plane.work_requests()
+    );
+
+    // A shard whose address was set by hand never had a claim: the same read, nothing deleted.
+    let mut manual = new_shard("manual");
+    manual.spec.shard_address_ipv6 = "2001:db8::9".into();
+    plane
+        .shards()
+        .create(&PostParams::default(), &manual)
+        .await
+        .unwrap();
+    let labelled = eventually(10, "the label", || async {
+        let s = plane.shard_now("manual")?;
+        label(&s).map(|_| s)
+    })
+    .await;
+    settled(&ctl, &labelled).await;
+    plane.reset_counters();
+    plane.delete_shard("manual").await;
+    assert_eq!(
+        release_cost(&plane, &ctl, "manual").await,
+        (1, 1, 0),
+        "{:#?}",
+        plane.work_requests()
+    );
+    ctl.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_failed_read_releases_nothing() {
     let (plane, ctl, kept) = with_addressed("kept").await;

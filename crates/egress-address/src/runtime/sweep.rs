@@ -1,0 +1,144 @@
+//! The safety net under every trigger: once per interval the leader walks the cache and queues
+//! each shard that should have an address, has none, and that nothing owes work (not queued, not
+//! being worked on, not scheduled, not parked). The watch's event is a shard's only trigger; any
+//! path that drops one (a bug, a lost leadership race) would otherwise leave the shard waiting
+//! until it changes. A shard found this way is counted (`egress_address_unaddressed_swept`), so
+//! a non-zero count is a lost trigger to look into, not routine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::reflector::Store;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::leader::LeaderToken;
+use super::queue::WorkQueue;
+use super::readiness::Readiness;
+use crate::metrics::Metrics;
+use crate::shard::decide::{Decision, decide};
+use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
+
+/// Cached shards looked at between two yields to the runtime: a pass over 100,000 shards must
+/// not hold the one runtime thread for its whole length.
+const BATCH: usize = 512;
+
+/// What a sweep reads and queues through.
+pub struct Sweep {
+    pub store: Store<CachedShard>,
+    pub memory: Arc<ShardMemory>,
+    pub queue: Arc<WorkQueue<ShardKey>>,
+}
+
+impl Sweep {
+    /// Sweeps once per `every` while this instance leads and the cache is synced.
+    pub async fn run(
+        self,
+        every: Duration,
+        leader: LeaderToken,
+        readiness: Arc<Readiness>,
+        metrics: Metrics,
+        stop: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            if !leader.is_leader() || !readiness.is_synced() {
+                continue;
+            }
+            let queued = self.once().await;
+            if queued > 0 {
+                metrics.unaddressed_swept(queued);
+                warn!(
+                    shards = queued,
+                    "found unaddressed shards that no work was queued for; queued them"
+                );
+            }
+        }
+    }
+
+    /// One pass; how many shards it queued.
+    pub async fn once(&self) -> u64 {
+        let mut queued = 0;
+        for (i, cached) in self.store.state().iter().enumerate() {
+            if i % BATCH == BATCH - 1 {
+                tokio::task::yield_now().await;
+            }
+            let key = cached.key();
+            if owed_an_address(cached, self.memory.state(&key)) && !self.queue.owes(&key) {
+                self.queue.add(key);
+                queued += 1;
+            }
+        }
+        queued
+    }
+}
+
+/// Whether a cached shard still needs its address written, as far as this instance knows: one
+/// written by this instance and not yet back through the watch is not.
+fn owed_an_address(cached: &CachedShard, known: Option<ShardState>) -> bool {
+    !cached.is_addressed()
+        && known != Some(ShardState::Addressed)
+        && cached
+            .shard()
+            .is_some_and(|shard| decide(&shard) == Decision::Claim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egress_api::shard::{EgressShard, EgressShardSpec, TargetRef};
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn shard(name: &str, address: &str) -> EgressShard {
+        let mut s = EgressShard::new(
+            name,
+            EgressShardSpec {
+                target_ref: TargetRef {
+                    kind: "Node".into(),
+                    name: "node-a".into(),
+                },
+                shard_address_ipv6: address.into(),
+                ..Default::default()
+            },
+        );
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.uid = Some(format!("uid-{name}"));
+        s.metadata.resource_version = Some("1".into());
+        s
+    }
+
+    #[tokio::test]
+    async fn queues_only_unaddressed_shards_nothing_owes() {
+        let (store, mut writer) = reflector::store::<CachedShard>();
+        writer.apply_watcher_event(&Event::Init);
+        for s in [
+            shard("dropped", ""),
+            shard("queued", ""),
+            shard("scheduled", ""),
+            shard("hand-set", "2001:db8::1"),
+        ] {
+            writer.apply_watcher_event(&Event::InitApply(CachedShard::new(s)));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        let queue = WorkQueue::<ShardKey>::start();
+        let key = |n: &str| ShardKey::new("ns", n);
+        queue.add(key("queued"));
+        queue.add_after(key("scheduled"), Duration::from_secs(3600));
+        let sweep = Sweep {
+            store,
+            memory: Arc::new(ShardMemory::new(Metrics::unregistered())),
+            queue: queue.clone(),
+        };
+        assert_eq!(sweep.once().await, 1, "only the shard nothing owes work");
+        assert!(queue.owes(&key("dropped")));
+        assert_eq!(
+            sweep.once().await,
+            0,
+            "now it is owed, so not counted again"
+        );
+    }
+}
