@@ -23,31 +23,10 @@ pub fn one_fleet_at_a_time_blocking() -> MutexGuard<'static, ()> {
     FLEET.blocking_lock()
 }
 
-/// The kubectl 1.37 that `.ci/install-kubectl` puts in `.venv` (or `$KUBECTL`). `None` only
-/// outside CI, where the test then says it skipped; in CI a missing kubectl is a failure.
-pub fn kubectl() -> Option<PathBuf> {
-    installed_tool("KUBECTL", ".venv/bin/kubectl", ".ci/install-kubectl")
-}
-
-/// A tool a `.ci/install-*` script installs: at `$env_var`, else at `default` in the repository.
-/// `None` only outside CI, where the test then says it skipped; in CI a missing tool fails.
-pub fn installed_tool(env_var: &str, default: &str, installer: &str) -> Option<PathBuf> {
-    let candidate = std::env::var_os(env_var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(default));
-    if candidate.is_file() {
-        return Some(candidate);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} not found (run {installer})",
-        candidate.display()
-    );
-    eprintln!(
-        "SKIPPED: {} not found (run {installer})",
-        candidate.display()
-    );
-    None
+/// The kubectl 1.37 that `.ci/install-kubectl` puts in `.venv` (or `$KUBECTL`); a test fails
+/// without it.
+pub fn kubectl() -> PathBuf {
+    localplane::testing::judges::kubectl()
 }
 
 /// `kubectl kustomize <dir>`, as JSON documents.

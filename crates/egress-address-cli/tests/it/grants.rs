@@ -259,9 +259,7 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let _turn = one_fleet_at_a_time().await;
     let grants = Grants::load(&kubectl);
     assert_eq!(

@@ -155,9 +155,7 @@ struct Rule {
 
 #[test]
 fn every_kustomization_builds_into_valid_objects() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     for dir in KUSTOMIZATIONS {
         let docs = common::kustomize(&kubectl, dir);
         assert!(!docs.is_empty(), "{dir} builds nothing");
@@ -171,9 +169,7 @@ fn every_kustomization_builds_into_valid_objects() {
 
 #[test]
 fn the_cell_install_is_what_an_operator_expects() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let docs = common::kustomize(&kubectl, "config/egress-address");
     let kinds: BTreeSet<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     assert_eq!(
@@ -283,9 +279,7 @@ fn the_cell_install_is_what_an_operator_expects() {
 
 #[test]
 fn the_milo_grant_is_in_no_kustomization_and_allows_only_what_is_called() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     for dir in KUSTOMIZATIONS {
         for d in common::kustomize(&kubectl, dir) {
             assert_ne!(
@@ -451,9 +445,7 @@ fn env_by_name(mut docs: Vec<Value>) -> Vec<Value> {
 
 #[test]
 fn the_documented_overlay_sets_the_environment_by_name_and_nothing_else() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let (overlay, components) = documented_overlay();
     assert!(
         !overlay.contains("/env/"),
@@ -503,9 +495,7 @@ fn the_documented_overlay_sets_the_environment_by_name_and_nothing_else() {
 
 #[test]
 fn the_runbook_creates_the_namespace_before_the_secret_that_goes_into_it() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let install = common::runbook_section("Install");
     let line_of = |needle: &str| {
         install
@@ -763,9 +753,7 @@ fn cell_pod(kubectl: &Path) -> PodSpec {
 
 #[test]
 fn every_container_can_read_every_file_it_mounts() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let pod = cell_pod(&kubectl);
     assert_eq!(unreadable_mounts(&pod), Vec::<String>::new());
 
@@ -913,9 +901,7 @@ fn one_of_kind<T: DeserializeOwned + Serialize>(docs: &[Value], kind: &str) -> T
 
 #[test]
 fn the_service_monitor_scrapes_the_metrics_port_of_the_controller() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let docs = monitored(&kubectl);
     let sm: ServiceMonitor = one_of_kind(&docs, "ServiceMonitor");
     // Without a namespaceSelector a ServiceMonitor selects Services of its own namespace.
@@ -1008,9 +994,7 @@ fn alert_rules(kubectl: &Path) -> (PrometheusRule, Vec<Value>) {
 
 #[test]
 fn every_alert_names_its_severity_and_a_runbook_section_that_exists() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let (rule, _) = alert_rules(&kubectl);
     assert_eq!(rule.metadata.namespace.as_deref(), Some(CELL_NAMESPACE));
     let anchors = runbook_alert_anchors();
@@ -1060,10 +1044,6 @@ fn every_alert_names_its_severity_and_a_runbook_section_that_exists() {
 
 /// The promtool that `.ci/install-promtool` puts in `.venv` (or `$PROMTOOL`); `None` only
 /// outside CI.
-fn promtool() -> Option<PathBuf> {
-    common::installed_tool("PROMTOOL", ".venv/bin/promtool", ".ci/install-promtool")
-}
-
 fn run(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     let text = format!(
@@ -1079,12 +1059,8 @@ const ALERT_TESTS: &str = "crates/egress-address-cli/tests/alerts_test.yaml";
 
 #[test]
 fn every_alert_passes_promtool_and_fires_exactly_when_it_should() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
-    let Some(promtool) = promtool() else {
-        return;
-    };
+    let kubectl = common::kubectl();
+    let promtool = localplane::testing::judges::promtool();
     let (rule, groups) = alert_rules(&kubectl);
     let dir = tempfile::tempdir().unwrap();
     // JSON is YAML: the PrometheusRule's groups, as the plain rules file Prometheus reads.
@@ -1257,9 +1233,7 @@ const BINARY: &str = "egress-address-controller";
 
 #[test]
 fn the_dockerfile_builds_every_platform_from_files_that_exist() {
-    let Some(kubectl) = common::kubectl() else {
-        return;
-    };
+    let kubectl = common::kubectl();
     let df = Dockerfile::load();
     let root = common::root();
     assert_eq!(df.stages.len(), 2, "a build stage and the final image");
@@ -1445,21 +1419,11 @@ fn linking(elf: &[u8]) -> Linking {
 }
 
 /// The binary `.ci/build-static-controller build` made for this machine (`.ci/test` builds it
-/// and names it in `$EGRESS_ADDRESS_STATIC_CONTROLLER`). `None` only outside CI.
-fn static_controller() -> Option<PathBuf> {
-    match std::env::var_os("EGRESS_ADDRESS_STATIC_CONTROLLER") {
-        Some(path) => Some(PathBuf::from(path)),
-        None => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "EGRESS_ADDRESS_STATIC_CONTROLLER is not set (.ci/test builds the binary)"
-            );
-            eprintln!(
-                "SKIPPED: EGRESS_ADDRESS_STATIC_CONTROLLER not set (run .ci/build-static-controller)"
-            );
-            None
-        }
-    }
+/// and names it in `$EGRESS_ADDRESS_STATIC_CONTROLLER`); the test fails without it.
+fn static_controller() -> PathBuf {
+    std::env::var_os("EGRESS_ADDRESS_STATIC_CONTROLLER")
+        .map(PathBuf::from)
+        .expect("EGRESS_ADDRESS_STATIC_CONTROLLER is not set: `bash .ci/test` builds the image's binary and names it there")
 }
 
 #[test]
@@ -1497,9 +1461,7 @@ fn chrooted(root: &Path, args: &[&str]) -> Command {
 
 #[test]
 fn the_image_binary_is_static_and_runs_in_an_empty_root() {
-    let Some(binary) = static_controller() else {
-        return;
-    };
+    let binary = static_controller();
     let elf = std::fs::read(&binary).unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
     let expected_machine = match std::env::consts::ARCH {
         "x86_64" => 62,
@@ -1541,14 +1503,10 @@ fn the_image_binary_is_static_and_runs_in_an_empty_root() {
         root.path(),
         &["/egress-address-controller", "--version"],
     ));
-    if !ok && out.contains("Operation not permitted") {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs as root and must be able to chroot: {out}"
-        );
-        eprintln!("SKIPPED: chroot is not permitted to this user");
-        return;
-    }
+    assert!(
+        !out.contains("Operation not permitted"),
+        "the test runs as root (as CI does) to chroot: {out}"
+    );
     assert!(ok, "--version in an empty root:\n{out}");
     assert!(out.starts_with("egress-address-controller "), "{out}");
     let (ok, out) = run(&mut chrooted(

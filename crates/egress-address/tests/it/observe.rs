@@ -42,16 +42,6 @@ fn ipam_kubeconfig_by_name(plane: &Plane) -> (PathBuf, String, String) {
     )
 }
 
-/// `$PROMTOOL`, or `promtool` on the PATH.
-fn promtool() -> Option<PathBuf> {
-    if let Some(given) = std::env::var_os("PROMTOOL").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(given));
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join("promtool"))
-        .find(|p| p.is_file())
-}
-
 /// One sample line: name, labels, value.
 type Sample = (String, Vec<(String, String)>, String);
 
@@ -290,35 +280,28 @@ async fn the_live_metrics_pass_promtool_and_the_openmetrics_rules() {
         );
     }
 
-    match promtool() {
-        Some(promtool) => {
-            let mut child = Command::new(&promtool)
-                .args(["check", "metrics"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap_or_else(|e| panic!("{}: {e}", promtool.display()));
-            use std::io::Write as _;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "promtool check metrics: {}{}\n{text}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        None if std::env::var_os("CI").is_some() => {
-            panic!("promtool is not installed (set PROMTOOL or put it on the PATH)")
-        }
-        None => eprintln!("skipped promtool check metrics: promtool is not installed"),
-    }
+    let promtool = localplane::testing::judges::promtool();
+    let mut child = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", promtool.display()));
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let (code, head, om) = http_get_with(
         p.metrics,

@@ -40,6 +40,7 @@
 mod builder;
 mod fixtures;
 mod hooks;
+pub mod judges;
 mod world;
 
 pub use builder::{WorldBuilder, WorldError};

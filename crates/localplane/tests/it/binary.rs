@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::common::{find_kubectl, repo_root};
+use crate::common::repo_root;
+use localplane::testing::judges;
 
 /// The binary serving on a free loopback port; killed when dropped.
 struct Binary {
@@ -72,10 +73,7 @@ async fn kubectl(bin: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String)
 
 #[tokio::test]
 async fn the_binary_serves_ipam_on_every_project_it_serves() {
-    let Some(bin) = find_kubectl() else {
-        println!("NOTICE: no kubectl found (set KUBECTL or run .ci/install-kubectl); skipping");
-        return;
-    };
+    let bin = judges::kubectl();
     let tmp = tempfile::tempdir().unwrap();
     let lp = start(
         tmp.path(),

