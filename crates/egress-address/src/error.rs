@@ -1,5 +1,7 @@
 //! The library's error type.
 
+use crate::config::Invalid;
+use crate::connect;
 use crate::ipam::claim::ClaimError;
 
 /// Everything that can go wrong, each with a stable [`metric_label`](Error::metric_label).
@@ -79,6 +81,22 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<Invalid> for Error {
+    fn from(Invalid(message): Invalid) -> Self {
+        Error::Config(message)
+    }
+}
+
+impl From<connect::Error> for Error {
+    fn from(err: connect::Error) -> Self {
+        match err {
+            connect::Error::Kubeconfig { path, message } => Error::Kubeconfig { path, message },
+            connect::Error::CellConfig(message) => Error::CellConfig(message),
+            connect::Error::Invalid(message) => Error::Config(message),
+        }
+    }
 }
 
 impl Error {

@@ -1,16 +1,24 @@
 //! The egress address controller: gives every `EgressShard` of a cell its public IPv6 address,
 //! claimed from Milo IPAM, written once into the shard, and traceable to the record holding it.
 //!
-//! The folders are the architecture, and imports point one way:
+//! The folders are the architecture, and imports point one way (`tests/it/layers.rs` reads the
+//! source and fails on an import that points up, or on two files of a folder importing each
+//! other round a loop):
 //!
 //! ```text
-//! runtime   (watch, queue, workers, leader, events, readiness, admin)   I/O, tasks
+//! runtime   (watch, queue, workers, sweep, leader, events, readiness, admin)   tasks
 //!    ↓
-//! reconcile (one shard: release, claim and assign, drift)               decisions with I/O
+//! reconcile (one shard: release, claim and assign, drift)                decisions with I/O
 //!    ↓
-//! shard     (key, decision, per-shard memory)   ipam (client, claim path, naming, addresses)
+//! error, shard (key, decision, per-shard memory)
 //!    ↓
-//! config, logs, metrics, kube_status, error                             leaves
+//! ipam      (client, claim path, naming, addresses)
+//!    ↓
+//! config    (flags, settings: pure)
+//!    ↓
+//! connect   (clients from kubeconfigs that follow their file)
+//!    ↓
+//! logs, metrics, kube_status                                             leaves
 //! ```
 //!
 //! What the controller does, its flags, metrics, events and logs are in docs/architecture.md and
@@ -34,6 +42,7 @@
 //! ```
 
 pub mod config;
+pub mod connect;
 mod error;
 pub mod ipam;
 pub mod kube_status;

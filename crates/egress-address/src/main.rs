@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use egress_address::config::args::{Args, Tool};
-use egress_address::config::kubeconfig;
+use egress_address::connect::kubeconfig;
 use egress_address::runtime::admin;
 use egress_address::{Controller, Metrics, ipam, logs};
 
@@ -65,7 +65,7 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let observe = egress_address::config::connection::counted_by(&metrics);
+    let observe = egress_address::connect::connection::counted_by(&metrics);
 
     let transport = args.planes.transport();
     let (cell, cell_follower) = kubeconfig::following_cell_client(

@@ -159,7 +159,7 @@ pub async fn run(args: &AuditArgs) -> Result<bool> {
 }
 
 pub async fn cell_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
-    egress_address::config::kubeconfig::cell_client(kubeconfig)
+    egress_address::connect::kubeconfig::cell_client(kubeconfig)
         .await
         .context("building the cell client")
 }

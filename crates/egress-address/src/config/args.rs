@@ -97,8 +97,8 @@ pub struct PlaneArgs {
 }
 
 impl PlaneArgs {
-    pub fn transport(&self) -> crate::config::kubeconfig::Transport {
-        crate::config::kubeconfig::Transport {
+    pub fn transport(&self) -> crate::connect::kubeconfig::Transport {
+        crate::connect::kubeconfig::Transport {
             allow_plaintext_credentials: self.allow_plaintext_credentials,
         }
     }

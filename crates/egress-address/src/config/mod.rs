@@ -1,13 +1,10 @@
-//! How the controller is configured: flags ([`args`], also in Go's syntax: [`goflags`]), the
-//! settings they become and their one validation ([`settings`]), clients from kubeconfig files
-//! ([`kubeconfig`]) that follow their file, bound their answers and report every request
-//! ([`connection`]).
+//! How the controller is configured: flags ([`args`], also in Go's syntax: [`goflags`]) and the
+//! settings they become, with their one validation ([`settings`]). Pure: nothing here reaches a
+//! server (clients are made in `crate::connect`).
 
 pub mod args;
-pub mod connection;
 pub mod duration;
 pub mod goflags;
-pub mod kubeconfig;
 pub mod settings;
 
-pub use settings::{Backoff, LeaderElection, Settings};
+pub use settings::{Backoff, Invalid, LeaderElection, Settings};

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::Error;
-
 /// The name of the leader-election Lease.
 pub const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
 /// The name events are reported under.
@@ -135,7 +133,7 @@ impl Settings {
     }
 
     /// The reference's setup checks, in its order; the first failure is returned.
-    pub fn validate(&self) -> Result<(), Error> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         let checks = [
             (&self.address_class_ipv6, "an address class is required"),
             (
@@ -150,43 +148,43 @@ impl Settings {
         ];
         for (value, message) in checks {
             if value.trim().is_empty() {
-                return Err(Error::Config(message.to_string()));
+                return Err(Invalid(message.to_string()));
             }
         }
         if self.cell_id.as_deref().is_some_and(|c| c.trim().is_empty()) {
-            return Err(Error::Config(
+            return Err(Invalid(
                 "the cell identity is empty; leave it unset to use the kube-system namespace UID"
                     .into(),
             ));
         }
         if !(self.retry_qps > 0.0 && self.retry_qps.is_finite()) || self.retry_burst == 0 {
-            return Err(Error::Config(format!(
+            return Err(Invalid(format!(
                 "the retry rate must be positive (qps {}, burst {})",
                 self.retry_qps, self.retry_burst
             )));
         }
         if self.ipam_probe_interval.is_zero() {
-            return Err(Error::Config(
+            return Err(Invalid(
                 "the IPAM probe interval must be longer than zero".into(),
             ));
         }
         if self.concurrency == 0 {
-            return Err(Error::Config("concurrency must be at least 1".into()));
+            return Err(Invalid("concurrency must be at least 1".into()));
         }
         if let Some(le) = &self.leader_election {
             if le.namespace.is_empty() {
-                return Err(Error::Config(
+                return Err(Invalid(
                     "leader election needs a namespace for its lease".into(),
                 ));
             }
             if le.renew_deadline >= le.lease_duration {
-                return Err(Error::Config(format!(
+                return Err(Invalid(format!(
                     "the renew deadline ({:?}) must be shorter than the lease duration ({:?}), or two leaders could write at once",
                     le.renew_deadline, le.lease_duration
                 )));
             }
             if le.retry_period >= le.renew_deadline {
-                return Err(Error::Config(format!(
+                return Err(Invalid(format!(
                     "the retry period ({:?}) must be shorter than the renew deadline ({:?})",
                     le.retry_period, le.renew_deadline
                 )));
@@ -195,6 +193,11 @@ impl Settings {
         Ok(())
     }
 }
+
+/// A setting is missing or inconsistent; nothing was contacted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
 
 /// Exponential backoff with jitter and a cap, per shard.
 #[derive(Debug, Clone, Copy, PartialEq)]

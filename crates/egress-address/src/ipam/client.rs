@@ -13,10 +13,10 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::breaker::{Admit, Breaker};
-use crate::Error;
-use crate::config::connection::{self, Endpoint, Follower, MAX_IPAM_ANSWER, RequestObserver};
-use crate::config::kubeconfig::{self, Transport};
 use crate::config::settings::write_params;
+use crate::connect::Error;
+use crate::connect::connection::{self, Endpoint, Follower, MAX_IPAM_ANSWER, RequestObserver};
+use crate::connect::kubeconfig::{self, Transport};
 use crate::kube_status::{
     is_conflict, is_not_found, is_unauthorized, status_code, transport_cause,
 };
@@ -31,12 +31,12 @@ pub fn project_url(server: &Uri, platform_project: &str) -> Result<Uri, Error> {
     let mut parts = server.clone().into_parts();
     let path = project_control_plane_path(platform_project);
     parts.path_and_query = Some(path.parse().map_err(|e| {
-        Error::Config(format!(
+        Error::Invalid(format!(
             "the platform project {platform_project:?} does not make a URL path: {e}"
         ))
     })?);
     Uri::from_parts(parts).map_err(|e| {
-        Error::Config(format!(
+        Error::Invalid(format!(
             "the IPAM server {server} with the path of project {platform_project:?} is not a URL: {e}"
         ))
     })
@@ -66,7 +66,7 @@ async fn ipam_endpoint(
     transport: Transport,
 ) -> Result<Endpoint, Error> {
     if platform_project.is_empty() {
-        return Err(Error::Config(
+        return Err(Error::Invalid(
             "the project serving the claims is required".into(),
         ));
     }

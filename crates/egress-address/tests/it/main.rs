@@ -5,6 +5,7 @@ mod common;
 mod events;
 mod invariants;
 mod lapse;
+mod layers;
 mod observe;
 mod operations;
 mod rbac;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use egress_address::config::kubeconfig::{Transport, following_cell_client};
+use egress_address::connect::kubeconfig::{Transport, following_cell_client};
 use egress_address::ipam::following_ipam_client;
 use egress_address::metrics::{ReconcileResult, encode};
 use egress_address::{Controller, Metrics};
@@ -684,7 +684,7 @@ async fn the_metric_table_of_the_runbook_is_what_is_emitted() {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     // Built as main builds it: both planes through the connection layer that counts requests.
-    let observe = egress_address::config::connection::counted_by(&metrics);
+    let observe = egress_address::connect::connection::counted_by(&metrics);
     let kubeconfig = plane.lp().kubeconfig_path("cell", ADMIN).unwrap();
     let (cell, _) = following_cell_client(
         Some(&kubeconfig),

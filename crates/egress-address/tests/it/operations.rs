@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use egress_address::config::kubeconfig::{Transport, following_cell_client};
+use egress_address::connect::kubeconfig::{Transport, following_cell_client};
 use egress_address::ipam::following_ipam_client;
 use tokio_util::sync::CancellationToken;
 

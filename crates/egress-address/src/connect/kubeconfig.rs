@@ -13,8 +13,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tracing::warn;
 
+use super::Error;
 use super::connection::{self, Endpoint, Follower, MAX_CELL_ANSWER, RequestObserver};
-use crate::Error;
 
 /// Keys whose values are credentials.
 const SECRET_KEYS: &[&str] = &[

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::Error;
+use super::Error;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
