@@ -1,7 +1,14 @@
 //! The running controller: the shard watch feeding a work queue ([`watch`], [`queue`]), workers
-//! that reconcile while this instance leads and the drift pacer ([`worker`]), leader election
-//! ([`leader`]), events ([`events`]), readiness ([`readiness`]) and the admin server
-//! ([`admin`]), started and stopped in order.
+//! that reconcile while this instance leads and the drift pacer ([`worker`]), the sweep that
+//! catches a dropped trigger ([`sweep`]), leader election ([`leader`]), events ([`events`]),
+//! readiness ([`readiness`]) and the admin server ([`admin`]). Every task shares one set of
+//! handles ([`shared`]); [`tasks`] starts them and stops them in order.
+//!
+//! ```text
+//! Controller::new(settings, cell, ipam, metrics)   validates; nothing is contacted
+//!     .start()                                     -> Running: identify the cell, start the tasks
+//! Running::stop()                                  no new work, drain, flush events, give up the lease
+//! ```
 
 pub mod activity;
 pub mod admin;
@@ -10,18 +17,19 @@ pub mod leader;
 pub mod limiter;
 pub mod queue;
 pub mod readiness;
+pub mod shared;
 pub mod sweep;
+pub mod tasks;
 pub mod watch;
 pub mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector;
 use kube::{Api, Client};
-use tokio::task::JoinSet;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -30,43 +38,17 @@ use crate::config::Settings;
 use crate::ipam::Ipam;
 use crate::ipam::breaker::Breaker;
 use crate::kube_status::{is_unauthorized, transport_cause};
-use crate::metrics::{Metrics, QueueLoad};
+use crate::metrics::Metrics;
 use crate::reconcile::Context;
 use crate::shard::{CachedShard, ShardKey, ShardMemory};
 use activity::Activity;
-use events::Notifier;
-use leader::{Elector, LeaderToken};
-use queue::{QueueEvents, WorkQueue};
+use leader::LeaderToken;
 use readiness::Readiness;
-use watch::Watch;
-use worker::Workers;
-
-/// How long a stopping controller keeps sending the events it had queued.
-const EVENT_FLUSH_GRACE: Duration = Duration::from_secs(2);
+use shared::Shared;
+use tasks::Tasks;
 
 /// The namespace whose UID identifies the cell when no identity is given.
 pub const CELL_ID_NAMESPACE: &str = "kube-system";
-
-/// The work queue's reports, as client-go's work queue metrics.
-struct QueueMetrics(Metrics);
-
-impl QueueEvents for QueueMetrics {
-    fn added(&self) {
-        self.0.queue_added();
-    }
-
-    fn retried(&self) {
-        self.0.queue_retried();
-    }
-
-    fn waited(&self, pending_for: Duration) {
-        self.0.queue_waited(pending_for);
-    }
-
-    fn worked(&self, took: Duration) {
-        self.0.queue_worked(took);
-    }
-}
 
 /// A view of a running controller, for probes, tests and tools.
 #[derive(Clone)]
@@ -143,7 +125,7 @@ impl Handle {
     }
 }
 
-/// A controller ready to [`run`](Controller::run).
+/// A controller, validated and not yet started.
 pub struct Controller {
     settings: Settings,
     cell: Client,
@@ -169,15 +151,11 @@ impl Controller {
         } else {
             LeaderToken::always()
         };
-        let ipam = Ipam::new(
-            ipam,
-            metrics.clone(),
-            settings.request_timeout,
-            Breaker::new(
-                settings.ipam_failure_threshold,
-                settings.ipam_probe_interval,
-            ),
+        let breaker = Breaker::new(
+            settings.ipam_failure_threshold,
+            settings.ipam_probe_interval,
         );
+        let ipam = Ipam::new(ipam, metrics.clone(), settings.request_timeout, breaker);
         Ok(Self {
             readiness: Arc::new(Readiness::new(ipam.clone(), metrics.clone())),
             memory: Arc::new(ShardMemory::new(metrics.clone())),
@@ -200,9 +178,29 @@ impl Controller {
         }
     }
 
-    /// Runs until `shutdown` resolves; then stops taking work, lets in-flight reconciles finish
-    /// (up to `shutdown_grace`), sends queued events, and releases the lease.
+    /// Starts the controller; it runs until [`Running::stop`].
+    pub fn start(self) -> Running {
+        let stop = CancellationToken::new();
+        let handle = self.handle();
+        let task = tokio::spawn(self.serve(stop.clone()));
+        Running { handle, stop, task }
+    }
+
+    /// Runs until `shutdown` resolves, then stops as [`Running::stop`] does.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let running = self.start();
+        shutdown.await;
+        running.stop().await
+    }
+
+    async fn serve(self, stop: CancellationToken) -> Result<(), Error> {
+        let identified = tokio::select! {
+            id = identify_cell(&self.settings, &self.cell, &self.readiness) => id,
+            _ = stop.cancelled() => {
+                info!("stopped before the cell's identity was known");
+                return Ok(());
+            }
+        };
         let Controller {
             settings,
             cell,
@@ -213,175 +211,57 @@ impl Controller {
             memory,
             activity,
         } = self;
-        let mut shutdown = std::pin::pin!(shutdown);
-        let cell_id = tokio::select! {
-            id = identify_cell(&settings, &cell, &readiness) => id,
-            _ = &mut shutdown => {
-                info!("stopped before the cell's identity was known");
-                return Ok(());
-            }
-        };
-        info!(location = %settings.location, cell = %cell_id, version = crate::VERSION, commit = crate::COMMIT, "starting egress address controller");
+        info!(location = %settings.location, cell = %identified, version = crate::VERSION, commit = crate::COMMIT, "starting egress address controller");
         metrics.set_leader(leader.is_leader());
         metrics.set_max_concurrent_reconciles(settings.concurrency);
 
         let (store, writer) = reflector::store::<CachedShard>();
-        let queue = WorkQueue::<ShardKey>::start_observed(
-            activity.clone(),
-            Arc::new(QueueMetrics(metrics.clone())),
-        );
-        metrics.watch_queue({
-            // Weak: the registry outlives a controller, and must not keep its queue alive.
-            let queue = Arc::downgrade(&queue);
-            Box::new(move || {
-                queue.upgrade().map_or_else(QueueLoad::default, |q| {
-                    let load = q.load();
-                    QueueLoad {
-                        depth: load.depth,
-                        unfinished: load.unfinished,
-                        longest: load.longest,
-                    }
-                })
-            })
-        });
-        let notifier = Notifier::new(
-            cell.clone(),
-            &settings.identity,
-            memory.clone(),
-            leader.clone(),
-            metrics.clone(),
-            activity.clone(),
-            settings.event_repeat_interval,
-        );
-        let stop_events = CancellationToken::new();
-        let publisher = tokio::spawn(notifier.clone().run(
-            stop_events.clone(),
-            EVENT_FLUSH_GRACE,
-            {
-                let queue = queue.clone();
-                move || queue.is_busy()
-            },
-        ));
+        let shared = Shared::new(store, memory, leader, readiness, activity, metrics);
         let ctx = Arc::new(Context {
             settings: settings.clone(),
-            cell_id,
+            cell_id: identified,
             cell: cell.clone(),
             ipam,
-            store: store.clone(),
-            memory: memory.clone(),
-            gate: Arc::new(leader.clone()),
-            metrics: metrics.clone(),
+            store: shared.store.clone(),
+            memory: shared.memory.clone(),
+            gate: Arc::new(shared.leader.clone()),
+            metrics: shared.metrics.clone(),
         });
+        let tasks = Tasks::start(&settings, &cell, &shared, ctx, writer);
 
-        let stop_work = CancellationToken::new();
-        let stop_lease = CancellationToken::new();
-        let mut background = JoinSet::new();
-        background.spawn(
-            Watch {
-                api: Watch::new_api(cell.clone(), settings.shard_namespace.as_deref()),
-                store: store.clone(),
-                writer,
-                memory: memory.clone(),
-                queue: queue.clone(),
-                leader: leader.clone(),
-                readiness: readiness.clone(),
-                activity: activity.clone(),
-            }
-            .run(stop_work.clone()),
-        );
-        background.spawn(watch::follow_leadership(
-            leader.clone(),
-            store.clone(),
-            memory.clone(),
-            queue.clone(),
-            activity.clone(),
-            leader::LapseReport {
-                metrics: metrics.clone(),
-                readiness: readiness.clone(),
-            },
-            stop_work.clone(),
-        ));
-        if !settings.drift_check_interval.is_zero() {
-            background.spawn(worker::drift_pacer(
-                ctx.clone(),
-                notifier.clone(),
-                leader.clone(),
-                readiness.clone(),
-                settings.drift_check_interval,
-                stop_work.clone(),
-            ));
-        }
-        if !settings.unaddressed_sweep_interval.is_zero() {
-            background.spawn(
-                sweep::Sweep {
-                    store: store.clone(),
-                    memory: memory.clone(),
-                    queue: queue.clone(),
-                }
-                .run(
-                    settings.unaddressed_sweep_interval,
-                    leader.clone(),
-                    readiness.clone(),
-                    metrics.clone(),
-                    stop_work.clone(),
-                ),
-            );
-        }
-        background.spawn(worker::release_parked(
-            ctx.ipam.clone(),
-            queue.clone(),
-            stop_work.clone(),
-        ));
-        let elector = settings.leader_election.clone().map(|le| {
-            let api: Api<Lease> = Api::namespaced(cell.clone(), &le.namespace);
-            let elector = Elector::new(
-                api,
-                le,
-                settings.identity.clone(),
-                leader.clone(),
-                metrics.clone(),
-                memory.clone(),
-            );
-            tokio::spawn(elector.run(stop_lease.clone()))
-        });
-        let workers = Arc::new(Workers {
-            ctx: ctx.clone(),
-            queue: queue.clone(),
-            notifier: notifier.clone(),
-            leader: leader.clone(),
-            readiness: readiness.clone(),
-            backoff: settings.backoff,
-            retries: limiter::RetryBucket::new(settings.retry_qps, settings.retry_burst),
-            recheck_interval: settings.recheck_interval,
-        });
-        let mut running = JoinSet::new();
-        for _ in 0..settings.concurrency {
-            running.spawn(workers.clone().run(stop_work.clone()));
-        }
-
-        shutdown.await;
-        info!("shutting down: no new work is taken");
-        stop_work.cancel();
-        queue.shutdown();
-        let drained = tokio::time::timeout(settings.shutdown_grace, async {
-            while running.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            warn!(grace = ?settings.shutdown_grace, "in-flight reconciles did not finish in time; abandoning them");
-            running.abort_all();
-        }
-        background.abort_all();
-        while background.join_next().await.is_some() {}
-        // Events already queued go out while this instance still holds the lease.
-        stop_events.cancel();
-        let _ = publisher.await;
-        stop_lease.cancel();
-        if let Some(elector) = elector {
-            let _ = elector.await;
-        }
+        stop.cancelled().await;
+        tasks.stop(settings.shutdown_grace).await;
         info!("stopped");
         Ok(())
+    }
+}
+
+/// A started controller.
+pub struct Running {
+    handle: Handle,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), Error>>,
+}
+
+impl Running {
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Stops taking work, lets in-flight reconciles finish (up to the shutdown grace), sends the
+    /// events already queued, and releases the lease.
+    pub async fn stop(self) -> Result<(), Error> {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Whether the controller stopped by itself (it does not, short of a bug).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
     }
 }
 

@@ -12,10 +12,8 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::leader::LeaderToken;
 use super::queue::WorkQueue;
-use super::readiness::Readiness;
-use crate::metrics::Metrics;
+use super::shared::Shared;
 use crate::shard::decide::{Decision, decide};
 use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
 
@@ -23,42 +21,40 @@ use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
 /// not hold the one runtime thread for its whole length.
 const BATCH: usize = 512;
 
-/// What a sweep reads and queues through.
+/// What one pass reads and queues through.
 pub struct Sweep {
     pub store: Store<CachedShard>,
     pub memory: Arc<ShardMemory>,
     pub queue: Arc<WorkQueue<ShardKey>>,
 }
 
-impl Sweep {
-    /// Sweeps once per `every` while this instance leads and the cache is synced.
-    pub async fn run(
-        self,
-        every: Duration,
-        leader: LeaderToken,
-        readiness: Arc<Readiness>,
-        metrics: Metrics,
-        stop: CancellationToken,
-    ) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
-            if !leader.is_leader() || !readiness.is_synced() {
-                continue;
-            }
-            let queued = self.once().await;
-            if queued > 0 {
-                metrics.unaddressed_swept(queued);
-                warn!(
-                    shards = queued,
-                    "found unaddressed shards that no work was queued for; queued them"
-                );
-            }
+/// Sweeps once per `every` while this instance leads and the cache is synced.
+pub async fn run(shared: Shared, every: Duration, stop: CancellationToken) {
+    let sweep = Sweep {
+        store: shared.store.clone(),
+        memory: shared.memory.clone(),
+        queue: shared.queue.clone(),
+    };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        if !shared.leader.is_leader() || !shared.readiness.is_synced() {
+            continue;
+        }
+        let queued = sweep.once().await;
+        if queued > 0 {
+            shared.metrics.unaddressed_swept(queued);
+            warn!(
+                shards = queued,
+                "found unaddressed shards that no work was queued for; queued them"
+            );
         }
     }
+}
 
+impl Sweep {
     /// One pass; how many shards it queued.
     pub async fn once(&self) -> u64 {
         let mut queued = 0;
@@ -89,6 +85,7 @@ fn owed_an_address(cached: &CachedShard, known: Option<ShardState>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
     use egress_api::shard::{EgressShard, EgressShardSpec, TargetRef};
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;

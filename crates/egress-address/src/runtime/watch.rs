@@ -5,50 +5,95 @@
 //! A leader whose lease renewal is late (past its deadline, neither answered nor failed) is still
 //! the holder: it keeps queueing, and its workers wait for the renewal. Dropping those events
 //! would lose them for good, since the renewal that lands is no change of leadership.
+//!
+//! What an event asks for is decided by [`step`], from the event alone; [`Watch::run`] carries it
+//! out in one order: memory, then the store, then the queue, so a worker that takes a key finds
+//! the cache already showing what the event said.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use egress_api::shard::EgressShard;
 use futures::{StreamExt, TryStreamExt};
-use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::activity::Activity;
-use super::leader::{LapseReport, LeaderToken};
-use super::queue::WorkQueue;
-use super::readiness::{CellHealth, Readiness};
+use super::leader::LapseReport;
+use super::readiness::CellHealth;
+use super::shared::Shared;
 use crate::kube_status::{is_unauthorized, transport_cause};
 use crate::shard::decide::{Decision, decide};
-use crate::shard::{CachedShard, ShardKey, ShardMemory};
+use crate::shard::{CachedShard, ShardKey};
 
-/// What the watch task works with.
+/// What the watch does with one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A list (the first, or a relist after the watch broke) begins.
+    ListStarts,
+    /// A listed shard: recorded now, queued once the list is complete (until then the reflector
+    /// keeps listed objects out of the store, and a reconcile would take the shard for gone).
+    Listed(ShardKey),
+    /// The list is complete: every listed shard is queued, and whatever the store held that the
+    /// list lacks was deleted while the watch was down.
+    ListDone,
+    /// A shard changed: recorded, and queued unless it needs nothing (most often the echo of
+    /// this controller's own write; a deleted incarnation's release needs no event, its DELETED
+    /// event queued the key and it stays queued, scheduled or parked until released).
+    Changed {
+        key: ShardKey,
+        queue: bool,
+        version: Option<String>,
+    },
+    /// A shard was deleted: recorded with its last state, and queued for its release.
+    Deleted {
+        key: ShardKey,
+        version: Option<String>,
+    },
+}
+
+/// Decides what an event asks for, from the event alone.
+pub fn step(event: &watcher::Event<EgressShard>) -> Step {
+    match event {
+        watcher::Event::Init => Step::ListStarts,
+        watcher::Event::InitApply(shard) => Step::Listed(ShardKey::of(shard)),
+        watcher::Event::InitDone => Step::ListDone,
+        watcher::Event::Apply(shard) => Step::Changed {
+            key: ShardKey::of(shard),
+            queue: decide(shard) != Decision::Nothing,
+            version: shard.metadata.resource_version.clone(),
+        },
+        watcher::Event::Delete(shard) => Step::Deleted {
+            key: ShardKey::of(shard),
+            version: shard.metadata.resource_version.clone(),
+        },
+    }
+}
+
+/// The watch task.
 pub struct Watch {
-    pub api: Api<EgressShard>,
-    pub store: Store<CachedShard>,
-    pub writer: Writer<CachedShard>,
-    pub memory: Arc<ShardMemory>,
-    pub queue: Arc<WorkQueue<ShardKey>>,
-    pub leader: LeaderToken,
-    pub readiness: Arc<Readiness>,
-    pub activity: Arc<Activity>,
+    api: Api<EgressShard>,
+    writer: Writer<CachedShard>,
+    shared: Shared,
+    /// The shards the list in progress has shown.
+    listing: HashSet<ShardKey>,
 }
 
 impl Watch {
-    pub fn new_api(cell: Client, namespace: Option<&str>) -> Api<EgressShard> {
+    pub fn api(cell: Client, namespace: Option<&str>) -> Api<EgressShard> {
         match namespace {
             Some(ns) => Api::namespaced(cell, ns),
             None => Api::all(cell),
         }
     }
 
-    fn queue_unless_standby(&self, key: ShardKey) {
-        if self.leader.holds() {
-            self.queue.add(key);
+    pub fn new(api: Api<EgressShard>, writer: Writer<CachedShard>, shared: Shared) -> Self {
+        Self {
+            api,
+            writer,
+            shared,
+            listing: HashSet::new(),
         }
     }
 
@@ -58,105 +103,117 @@ impl Watch {
             .modify(crate::shard::cached::trim)
             .into_stream()
             .boxed();
-        let mut listing: HashSet<ShardKey> = HashSet::new();
         loop {
             let item = tokio::select! {
                 _ = stop.cancelled() => return,
                 item = stream.try_next() => item,
             };
-            let event = match item {
-                Ok(Some(event)) => event,
+            match item {
+                Ok(Some(event)) => self.apply(event),
                 Ok(None) => return,
-                Err(err) => {
-                    if kube_error_of(&err).is_some_and(is_unauthorized) {
-                        self.readiness.set_cell(CellHealth::CredentialRefused);
-                        error!(%err, "the cell refused the controller's credential; not ready, nothing is written");
-                    } else {
-                        let cause = kube_error_of(&err)
-                            .map(|e| transport_cause(e).unwrap_or("server-error"))
-                            .unwrap_or("transport");
-                        self.readiness.set_cell(CellHealth::Unreachable(cause));
-                        warn!(%err, cause, "watching egress shards failed; retrying");
-                    }
-                    continue;
-                }
-            };
-            self.readiness.set_cell(CellHealth::Up);
-            // Memory first, then the store, then the queue: a worker that takes the key must
-            // find the cache already showing what the event said.
-            let mut ready: Vec<ShardKey> = Vec::new();
-            let mut applied: Option<ShardKey> = None;
-            match &event {
-                watcher::Event::Init => listing.clear(),
-                watcher::Event::InitApply(shard) => {
-                    let key = ShardKey::of(shard);
-                    self.memory.observe(&key, shard);
-                    // Queued at InitDone: until then the reflector keeps listed objects out of
-                    // the store, and a reconcile would take the shard for gone and read it live.
-                    listing.insert(key);
-                }
-                watcher::Event::InitDone => {
-                    // A shard deleted while the watch was down shows only as a missing entry;
-                    // the store still holds its last state until InitDone is applied.
-                    for old in self.store.state() {
-                        let key = old.key();
-                        if !listing.contains(&key) {
-                            self.memory
-                                .observe_deleted(&key, old.shard().as_ref(), None);
-                            ready.push(key);
-                        }
-                    }
-                    ready.extend(listing.drain());
-                }
-                watcher::Event::Apply(shard) => {
-                    let key = ShardKey::of(shard);
-                    self.memory.observe(&key, shard);
-                    // A shard that shows nothing left to do, most often the echo of this
-                    // controller's own address write, is not queued: its reconcile would only
-                    // decode it again to find that out (what it would record, `observe` did). A
-                    // deleted incarnation's release needs no event: its DELETED event queued the
-                    // key, and the key stays queued, scheduled or parked until it is released.
-                    if decide(shard) != Decision::Nothing {
-                        ready.push(key.clone());
-                    }
-                    applied = Some(key);
-                }
-                watcher::Event::Delete(shard) => {
-                    let key = ShardKey::of(shard);
-                    self.memory.observe_deleted(
-                        &key,
-                        Some(shard),
-                        shard.metadata.resource_version.as_deref(),
-                    );
-                    ready.push(key);
-                }
+                Err(err) => self.failed(&err),
             }
-            let rv = match &event {
-                watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
-                    s.metadata.resource_version.clone()
-                }
-                _ => None,
-            };
-            let synced = matches!(event, watcher::Event::InitDone);
-            self.writer.apply_watcher_event(&cached(event));
+        }
+    }
+
+    fn apply(&mut self, event: watcher::Event<EgressShard>) {
+        let shared = &self.shared;
+        shared.readiness.set_cell(CellHealth::Up);
+        let step = step(&event);
+        let ready = self.record(&step, &event);
+        self.writer.apply_watcher_event(&cached(event));
+        let shared = &self.shared;
+        if shared.leader.holds() {
             for key in ready {
-                self.queue_unless_standby(key);
+                shared.queue.add(key);
             }
-            if let Some(rv) = rv.as_deref() {
-                if let Some(key) = &applied {
-                    self.memory.cached_at(key, rv);
-                }
-                self.activity.observed(rv);
+        }
+        match &step {
+            Step::Changed {
+                key,
+                version: Some(version),
+                ..
+            } => {
+                shared.memory.cached_at(key, version);
+                shared.activity.observed(version);
             }
+            Step::Deleted {
+                version: Some(version),
+                ..
+            } => shared.activity.observed(version),
             // Ready only once the listed shards are queued: whoever waits for readiness and
             // then for an idle queue sees the listed shards worked off.
-            if synced && !self.readiness.is_synced() {
+            Step::ListDone if !shared.readiness.is_synced() => {
                 info!(
-                    shards = self.store.state().len(),
+                    shards = shared.store.state().len(),
                     "the first full list of shards is cached"
                 );
-                self.readiness.set_synced();
+                shared.readiness.set_synced();
             }
+            _ => {}
+        }
+    }
+
+    /// Records the event in memory; the keys to queue once the store has it.
+    fn record(&mut self, step: &Step, event: &watcher::Event<EgressShard>) -> Vec<ShardKey> {
+        let memory = &self.shared.memory;
+        let shard = match event {
+            watcher::Event::InitApply(s) | watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+                Some(s)
+            }
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        match (step, shard) {
+            (Step::ListStarts, _) => {
+                self.listing.clear();
+                Vec::new()
+            }
+            (Step::Listed(key), Some(shard)) => {
+                memory.observe(key, shard);
+                self.listing.insert(key.clone());
+                Vec::new()
+            }
+            (Step::ListDone, _) => {
+                // A shard deleted while the watch was down shows only as a missing entry; the
+                // store still holds its last state until InitDone is applied.
+                let mut ready = Vec::new();
+                for old in self.shared.store.state() {
+                    let key = old.key();
+                    if !self.listing.contains(&key) {
+                        memory.observe_deleted(&key, old.shard().as_ref(), None);
+                        ready.push(key);
+                    }
+                }
+                ready.extend(self.listing.drain());
+                ready
+            }
+            (Step::Changed { key, queue, .. }, Some(shard)) => {
+                memory.observe(key, shard);
+                if *queue {
+                    vec![key.clone()]
+                } else {
+                    Vec::new()
+                }
+            }
+            (Step::Deleted { key, version }, Some(shard)) => {
+                memory.observe_deleted(key, Some(shard), version.as_deref());
+                vec![key.clone()]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn failed(&self, err: &watcher::Error) {
+        let readiness = &self.shared.readiness;
+        if kube_error_of(err).is_some_and(is_unauthorized) {
+            readiness.set_cell(CellHealth::CredentialRefused);
+            error!(%err, "the cell refused the controller's credential; not ready, nothing is written");
+        } else {
+            let cause = kube_error_of(err)
+                .map(|e| transport_cause(e).unwrap_or("server-error"))
+                .unwrap_or("transport");
+            readiness.set_cell(CellHealth::Unreachable(cause));
+            warn!(%err, cause, "watching egress shards failed; retrying");
         }
     }
 }
@@ -185,15 +242,19 @@ fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
 /// leader may have left work unfinished. A leader that loses the lease drops its queue. A
 /// renewal past its deadline is no loss: it is said (a warning, the metric, a note on `/ready`)
 /// and the queue is kept for when it lands.
-pub async fn follow_leadership(
-    leader: LeaderToken,
-    store: Store<CachedShard>,
-    memory: Arc<ShardMemory>,
-    queue: Arc<WorkQueue<ShardKey>>,
-    activity: Arc<Activity>,
-    lapse: LapseReport,
-    stop: CancellationToken,
-) {
+pub async fn follow_leadership(shared: Shared, stop: CancellationToken) {
+    let Shared {
+        store,
+        memory,
+        queue,
+        leader,
+        activity,
+        ..
+    } = &shared;
+    let lapse = LapseReport {
+        metrics: shared.metrics.clone(),
+        readiness: shared.readiness.clone(),
+    };
     let mut rx = leader.subscribe();
     let (mut held, mut overdue) = (false, false);
     loop {
@@ -229,5 +290,80 @@ pub async fn follow_leadership(
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
     if let Some(at) = deadline {
         tokio::time::sleep_until(at).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egress_api::shard::{EgressShardSpec, TargetRef};
+    use std::collections::BTreeMap;
+
+    fn shard(address: &str, labelled: bool) -> EgressShard {
+        let mut s = EgressShard::new(
+            "w-1",
+            EgressShardSpec {
+                target_ref: TargetRef {
+                    kind: "Node".into(),
+                    name: "node-a".into(),
+                },
+                shard_address_ipv6: address.into(),
+                ..Default::default()
+            },
+        );
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.resource_version = Some("7".into());
+        if labelled {
+            s.metadata.labels = Some(BTreeMap::from([(
+                egress_api::shard::LABEL_EGRESS_IPV6.to_string(),
+                egress_api::shard::LABEL_VALUE_FAMILY_SERVED.to_string(),
+            )]));
+        }
+        s
+    }
+
+    fn key() -> ShardKey {
+        ShardKey::new("ns", "w-1")
+    }
+
+    #[test]
+    fn a_change_is_queued_unless_the_shard_needs_nothing() {
+        let changed = |s| match step(&watcher::Event::Apply(s)) {
+            Step::Changed {
+                key: k,
+                queue,
+                version,
+            } => {
+                assert_eq!((k, version.as_deref()), (key(), Some("7")));
+                queue
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(changed(shard("", false)), "unaddressed: claim");
+        assert!(
+            changed(shard("2001:db8::1", false)),
+            "unlabelled: mark served"
+        );
+        assert!(
+            !changed(shard("2001:db8::1", true)),
+            "the echo of our own write costs nothing"
+        );
+    }
+
+    #[test]
+    fn a_deletion_is_always_queued_and_a_list_waits_for_its_end() {
+        assert_eq!(
+            step(&watcher::Event::Delete(shard("2001:db8::1", true))),
+            Step::Deleted {
+                key: key(),
+                version: Some("7".into())
+            }
+        );
+        assert_eq!(step(&watcher::Event::Init), Step::ListStarts);
+        assert_eq!(
+            step(&watcher::Event::InitApply(shard("", false))),
+            Step::Listed(key())
+        );
+        assert_eq!(step(&watcher::Event::InitDone), Step::ListDone);
     }
 }

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, error, info};
 
 use super::events::Notifier;
-use super::leader::LeaderToken;
 use super::limiter::RetryBucket;
 use super::queue::WorkQueue;
-use super::readiness::{CellHealth, Readiness};
+use super::readiness::CellHealth;
+use super::shared::Shared;
 use crate::config::Backoff;
 use crate::ipam::Ipam;
 use crate::kube_status::{is_unauthorized, transport_cause};
@@ -25,11 +25,9 @@ use crate::shard::{CachedShard, ShardKey, ShardState};
 
 /// What every worker shares.
 pub struct Workers {
+    pub shared: Shared,
     pub ctx: Arc<Context>,
-    pub queue: Arc<WorkQueue<ShardKey>>,
     pub notifier: Notifier,
-    pub leader: LeaderToken,
-    pub readiness: Arc<Readiness>,
     pub backoff: Backoff,
     pub retries: RetryBucket,
     pub recheck_interval: Duration,
@@ -39,15 +37,15 @@ impl Workers {
     /// One worker: takes a key, reconciles it, and files it by what the reconcile said.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            if !self.leader.is_leader() {
+            if !self.shared.leader.is_leader() {
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = self.leader.wait_leader() => {}
+                    _ = self.shared.leader.wait_leader() => {}
                 }
             }
             let key = tokio::select! {
                 _ = stop.cancelled() => return,
-                key = self.queue.next() => match key {
+                key = self.shared.queue.next() => match key {
                     Some(key) => key,
                     None => return,
                 },
@@ -68,7 +66,9 @@ impl Workers {
                         if let Some(err) = &report.error {
                             if err.is_cell_error() && err.kube_error().is_some_and(is_unauthorized)
                             {
-                                self.readiness.set_cell(CellHealth::CredentialRefused);
+                                self.shared
+                                    .readiness
+                                    .set_cell(CellHealth::CredentialRefused);
                             }
                             if report.next == Next::Retry {
                                 let cause = err
@@ -92,8 +92,8 @@ impl Workers {
                 }
             };
             self.ctx.metrics.reconciled(result_of(next), took);
-            self.readiness.refresh();
-            self.queue.done(&key);
+            self.shared.readiness.refresh();
+            self.shared.queue.done(&key);
             self.file(key, next);
         }
     }
@@ -105,14 +105,16 @@ impl Workers {
             Next::Retry => {
                 let failures = memory.failed(&key);
                 let own = self.backoff.delay(failures, rand::random::<f64>());
-                self.queue.retry_after(key, own.max(self.retries.reserve()));
+                self.shared
+                    .queue
+                    .retry_after(key, own.max(self.retries.reserve()));
             }
-            Next::WaitIpam => self.queue.park(key),
+            Next::WaitIpam => self.shared.queue.park(key),
             Next::Recheck => {
                 memory.succeeded(&key);
-                self.queue.add_after(key, self.recheck_interval);
+                self.shared.queue.add_after(key, self.recheck_interval);
             }
-            Next::Yield => self.queue.add(key),
+            Next::Yield => self.shared.queue.add(key),
         }
     }
 }
@@ -226,11 +228,13 @@ const NOTHING_TO_CHECK_LOOK: Duration = Duration::from_secs(10);
 pub async fn drift_pacer(
     ctx: Arc<Context>,
     notifier: Notifier,
-    leader: LeaderToken,
-    readiness: Arc<Readiness>,
+    shared: Shared,
     every: Duration,
     stop: CancellationToken,
 ) {
+    let Shared {
+        leader, readiness, ..
+    } = &shared;
     let mut pass: std::collections::VecDeque<ShardKey> = Default::default();
     let (mut holds, mut drifted, mut unknown) = (0usize, 0usize, 0usize);
     loop {
