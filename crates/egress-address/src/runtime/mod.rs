@@ -183,7 +183,11 @@ impl Controller {
         let stop = CancellationToken::new();
         let handle = self.handle();
         let task = tokio::spawn(self.serve(stop.clone()));
-        Running { handle, stop, task }
+        Running {
+            handle,
+            stop,
+            task: Some(task),
+        }
     }
 
     /// Runs until `shutdown` resolves, then stops as [`Running::stop`] does.
@@ -240,7 +244,7 @@ impl Controller {
 pub struct Running {
     handle: Handle,
     stop: CancellationToken,
-    task: JoinHandle<Result<(), Error>>,
+    task: Option<JoinHandle<Result<(), Error>>>,
 }
 
 impl Running {
@@ -250,18 +254,27 @@ impl Running {
 
     /// Stops taking work, lets in-flight reconciles finish (up to the shutdown grace), sends the
     /// events already queued, and releases the lease.
-    pub async fn stop(self) -> Result<(), Error> {
+    pub async fn stop(mut self) -> Result<(), Error> {
         self.stop.cancel();
-        match self.task.await {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
             Ok(result) => result,
             Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
             Err(_) => Ok(()),
         }
     }
+}
 
-    /// Whether the controller stopped by itself (it does not, short of a bug).
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
+/// Dropped without [`Running::stop`] (a test that failed, a caller that gave up), the controller
+/// is aborted where it stands, as a killed process would be, rather than going on writing with
+/// nobody left to stop it.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use egress_address::runtime::Running;
 use egress_address::{Controller, Handle, LeaderElection, Metrics, Settings};
 use egress_api::ipam::IPClaim;
 use egress_api::shard::EgressShard;
@@ -14,8 +15,6 @@ use kube::{Api, Client};
 use localplane::RequestKey;
 use localplane::testing::{World, WorldBuilder, shard_object, workspace_root};
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use localplane::testing::{ADMIN, eventually, fault};
 
@@ -192,8 +191,7 @@ pub fn settings() -> Settings {
 pub struct Ctl {
     pub handle: Handle,
     registry: prometheus_client::registry::Registry,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), egress_address::Error>>>,
+    running: Option<Running>,
 }
 
 impl Ctl {
@@ -216,18 +214,7 @@ impl Ctl {
     }
 
     pub async fn stop(mut self) -> Result<(), egress_address::Error> {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.task.take().unwrap().await.unwrap()
-    }
-}
-
-impl Drop for Ctl {
-    fn drop(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
+        self.running.take().unwrap().stop().await
     }
 }
 
@@ -247,17 +234,13 @@ pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Clien
 pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let controller = Controller::new(settings, cell, ipam, metrics).unwrap();
-    let handle = controller.handle();
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(async move {
-        let _ = rx.await;
-    }));
+    let running = Controller::new(settings, cell, ipam, metrics)
+        .unwrap()
+        .start();
     Ctl {
-        handle,
+        handle: running.handle().clone(),
         registry,
-        stop: Some(tx),
-        task: Some(task),
+        running: Some(running),
     }
 }
 
