@@ -19,8 +19,8 @@ pub(super) async fn claim_and_assign(
     notes: &mut Vec<Note>,
 ) -> Result<Next, Error> {
     let s = &ctx.settings;
-    if ctx.memory.state(key).is_none() {
-        ctx.memory.set_state(key, ShardState::Pending);
+    if ctx.memory.addresses().state(key).is_none() {
+        ctx.memory.addresses().set_state(key, ShardState::Pending);
     }
     let Some(uid) = shard.metadata.uid.as_deref() else {
         return Err(Error::Config(format!(
@@ -48,11 +48,11 @@ pub(super) async fn claim_and_assign(
     });
 
     // Whatever IPAM answered, one address never goes onto two shards of this cell.
-    if let Err(other) = ctx.memory.reserve(key, holding.address) {
+    if let Err(other) = ctx.memory.addresses().reserve(key, holding.address) {
         return Ok(address_in_use(ctx, key, shard, &holding, &other, notes));
     }
     if let Err(not_leader) = ctx.may_write() {
-        ctx.memory.unreserve(key, false);
+        ctx.memory.addresses().unreserve(key, false);
         return Err(not_leader);
     }
     let updated = assign(shard, &holding, &s.platform_project);
@@ -63,13 +63,14 @@ pub(super) async fn claim_and_assign(
         Err(kube::Error::Api(status)) => status.code >= 500,
         Err(_) => true,
     };
-    ctx.memory.unreserve(key, maybe_applied);
+    ctx.memory.addresses().unreserve(key, maybe_applied);
     let address = holding.address.to_string();
     match written {
         Ok(()) => {
             ctx.memory
+                .addresses()
                 .wrote_over(key, shard.metadata.resource_version.as_deref());
-            ctx.memory.set_state(key, ShardState::Addressed);
+            ctx.memory.addresses().set_state(key, ShardState::Addressed);
             info!(
                 shard = %key,
                 address = %address,
@@ -92,7 +93,7 @@ pub(super) async fn claim_and_assign(
         // The write-once rules refused it (a different ref is already recorded, or the object
         // changed shape): retrying cannot help until someone looks.
         Err(err) if is_invalid(&err) => {
-            ctx.memory.set_state(key, ShardState::Refused);
+            ctx.memory.addresses().set_state(key, ShardState::Refused);
             let err = assign_error(key, &holding, err);
             error!(shard = %key, %err, "the cell refused the address write; the shard is left as it was");
             notes.push(Note::warning(
@@ -124,7 +125,7 @@ fn address_in_use(
     other: &ShardKey,
     notes: &mut Vec<Note>,
 ) -> Next {
-    ctx.memory.set_state(key, ShardState::Refused);
+    ctx.memory.addresses().set_state(key, ShardState::Refused);
     ctx.metrics.claim_outcome("AddressInUse");
     let message = format!(
         "IPAM handed out {} ({} {}/{}), which shard {other} already carries; nothing was written",
@@ -146,13 +147,13 @@ fn claim_failed(
     ctx.metrics.claim_outcome(err.outcome());
     match err.failure() {
         ClaimFailure::Pending => {
-            ctx.memory.set_state(key, ShardState::Pending);
+            ctx.memory.addresses().set_state(key, ShardState::Pending);
             info!(shard = %key, %err, "waiting for the address service to allocate");
             notes.push(Note::normal(shard, reason::CLAIM_PENDING, err.to_string()));
             Ok(Next::Retry)
         }
         ClaimFailure::Refused => {
-            ctx.memory.set_state(key, ShardState::Refused);
+            ctx.memory.addresses().set_state(key, ShardState::Refused);
             let note = match &err {
                 ClaimError::Unusable { .. } => {
                     error!(shard = %key, location = %location, %err, "the public address space handed out something no shard address can be read from");

@@ -177,7 +177,7 @@ async fn reconcile_key(
             .get(&ObjectRef::new(&key.name).within(&key.namespace))
             .and_then(|c| c.shard())
     };
-    let gone = ctx.memory.gone(key);
+    let gone = ctx.memory.releases().gone(key);
     let mut cached = in_cache();
     // The API server's word on the name, read at most once a pass: a release needs it, and so
     // does a shard the cache lacks (absent from the cache is not proof of absence).
@@ -199,7 +199,9 @@ async fn reconcile_key(
         }
     }
     let shard = match (cached, live) {
-        (Some(cached), _) if ctx.memory.is_stale(key, &cached) => return Ok(Next::Done),
+        (Some(cached), _) if ctx.memory.addresses().is_stale(key, &cached) => {
+            return Ok(Next::Done);
+        }
         (Some(cached), _) => cached,
         (None, Some(Some(live))) => live,
         (None, _) => {
@@ -213,7 +215,9 @@ async fn reconcile_key(
             Ok(Next::Done)
         }
         Decision::Nothing => {
-            ctx.memory.set_state(key, ShardState::observed(&shard));
+            ctx.memory
+                .addresses()
+                .set_state(key, ShardState::observed(&shard));
             Ok(Next::Done)
         }
         Decision::MarkServed => {
@@ -225,8 +229,11 @@ async fn reconcile_key(
                     source,
                 })?;
             ctx.memory
+                .addresses()
                 .wrote_over(key, shard.metadata.resource_version.as_deref());
-            ctx.memory.set_state(key, ShardState::observed(&shard));
+            ctx.memory
+                .addresses()
+                .set_state(key, ShardState::observed(&shard));
             info!(shard = %key, address = %shard.spec.shard_address_ipv6, "marked an addressed egress shard as serving IPv6");
             Ok(Next::Done)
         }

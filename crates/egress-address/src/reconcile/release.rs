@@ -56,7 +56,7 @@ pub(super) async fn release(
         }
     }
     for g in gone {
-        ctx.memory.released(key, g);
+        ctx.memory.releases().released(key, g);
     }
     Ok(())
 }

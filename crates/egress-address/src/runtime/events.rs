@@ -152,7 +152,7 @@ impl Notifier {
         if !self.leader.is_leader() {
             return;
         }
-        let admitted = self.memory.admit_event(
+        let admitted = self.memory.events().admit(
             &note.key,
             note.reason,
             &note.message,
@@ -184,7 +184,7 @@ impl Notifier {
             self.activity.events_done(1);
             self.metrics.event_dropped();
             warn!(shard = %old.note.key, reason = old.note.reason, "too many events waiting; dropped the oldest");
-            self.memory.retract_event(&old.note.key, old.note.reason);
+            self.memory.events().retract(&old.note.key, old.note.reason);
         }
     }
 
@@ -249,7 +249,7 @@ impl Notifier {
         // Losing the lease stops writes at once, queued events included.
         let note = &pending.note;
         if !self.leader.is_leader() {
-            self.memory.retract_event(&note.key, note.reason);
+            self.memory.events().retract(&note.key, note.reason);
             return;
         }
         let namespace = note.regarding.namespace.as_deref().unwrap_or("default");
@@ -321,7 +321,7 @@ impl Notifier {
                 // An assigned address is write-once: nothing more will be said about this
                 // shard's claim, so what the gate remembered about it is only weight.
                 if note.reason == reason::ADDRESS_ASSIGNED {
-                    self.memory.clear_events(&note.key);
+                    self.memory.events().clear(&note.key);
                 }
                 return;
             }
@@ -329,7 +329,7 @@ impl Notifier {
             Err(_) => format!("no answer within {PUBLISH_TIMEOUT:?}"),
         };
         warn!(shard = %note.key, reason = note.reason, err = %failure, "could not publish an event on the shard");
-        self.memory.retract_event(&note.key, note.reason);
+        self.memory.events().retract(&note.key, note.reason);
     }
 
     /// Sends one event write. The answer (the whole event again, managedFields and all) is read

@@ -304,7 +304,7 @@ impl Elector {
                 .as_ref()
                 .and_then(|a| a.get(ANNOTATION_RELEASED_THROUGH))
         {
-            self.memory.drop_released_through(through);
+            self.memory.releases().drop_released_through(through);
         }
         let rv = current
             .metadata
@@ -351,7 +351,7 @@ impl Elector {
 
     /// Records what this leader has released, for the standbys.
     fn stamp_watermark(&self, lease: &mut Lease) {
-        if let Some(through) = self.memory.release_watermark() {
+        if let Some(through) = self.memory.releases().release_watermark() {
             lease
                 .metadata
                 .annotations

@@ -63,7 +63,9 @@ impl Sweep {
                 tokio::task::yield_now().await;
             }
             let key = cached.key();
-            if owed_an_address(cached, self.memory.state(&key)) && !self.queue.owes(&key) {
+            if owed_an_address(cached, self.memory.addresses().state(&key))
+                && !self.queue.owes(&key)
+            {
                 self.queue.add(key);
                 queued += 1;
             }

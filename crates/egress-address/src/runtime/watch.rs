@@ -134,7 +134,7 @@ impl Watch {
                 version: Some(version),
                 ..
             } => {
-                shared.memory.cached_at(key, version);
+                shared.memory.addresses().cached_at(key, version);
                 shared.activity.observed(version);
             }
             Step::Deleted {
@@ -169,7 +169,7 @@ impl Watch {
                 Vec::new()
             }
             (Step::Listed(key), Some(shard)) => {
-                memory.observe(key, shard);
+                memory.addresses().observe(key, shard);
                 self.listing.insert(key.clone());
                 Vec::new()
             }
@@ -180,7 +180,9 @@ impl Watch {
                 for old in self.shared.store.state() {
                     let key = old.key();
                     if !self.listing.contains(&key) {
-                        memory.observe_deleted(&key, old.shard().as_ref(), None);
+                        memory
+                            .releases()
+                            .observe_deleted(&key, old.shard().as_ref(), None);
                         ready.push(key);
                     }
                 }
@@ -188,7 +190,7 @@ impl Watch {
                 ready
             }
             (Step::Changed { key, queue, .. }, Some(shard)) => {
-                memory.observe(key, shard);
+                memory.addresses().observe(key, shard);
                 if *queue {
                     vec![key.clone()]
                 } else {
@@ -196,7 +198,9 @@ impl Watch {
                 }
             }
             (Step::Deleted { key, version }, Some(shard)) => {
-                memory.observe_deleted(key, Some(shard), version.as_deref());
+                memory
+                    .releases()
+                    .observe_deleted(key, Some(shard), version.as_deref());
                 vec![key.clone()]
             }
             _ => Vec::new(),
@@ -264,7 +268,7 @@ pub async fn follow_leadership(shared: Shared, stop: CancellationToken) {
             for shard in store.state() {
                 queue.add(shard.key());
             }
-            for key in memory.keys_with_deletions() {
+            for key in memory.releases().keys_with_deletions() {
                 queue.add(key);
             }
         } else if !holds && held {

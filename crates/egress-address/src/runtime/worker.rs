@@ -101,9 +101,9 @@ impl Workers {
     fn file(&self, key: ShardKey, next: Next) {
         let memory = &self.ctx.memory;
         match next {
-            Next::Done => memory.succeeded(&key),
+            Next::Done => memory.failures().succeeded(&key),
             Next::Retry => {
-                let failures = memory.failed(&key);
+                let failures = memory.failures().failed(&key);
                 let own = self.backoff.delay(failures, rand::random::<f64>());
                 self.shared
                     .queue
@@ -111,7 +111,7 @@ impl Workers {
             }
             Next::WaitIpam => self.shared.queue.park(key),
             Next::Recheck => {
-                memory.succeeded(&key);
+                memory.failures().succeeded(&key);
                 self.shared.queue.add_after(key, self.recheck_interval);
             }
             Next::Yield => self.shared.queue.add(key),
@@ -252,7 +252,8 @@ pub async fn drift_pacer(
                 continue;
             }
         }
-        let addressed = usize::try_from(ctx.memory.count(ShardState::Addressed)).unwrap_or(0);
+        let addressed =
+            usize::try_from(ctx.memory.addresses().count(ShardState::Addressed)).unwrap_or(0);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(pace(every, addressed.max(pass.len()).max(1))) => {}

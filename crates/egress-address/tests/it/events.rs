@@ -28,7 +28,7 @@ fn notifier(plane: &Plane, metrics: &Metrics) -> (Notifier, Arc<ShardMemory>) {
 }
 
 fn assigned(memory: &ShardMemory, shard: &EgressShard, address: &str) -> Note {
-    memory.observe(&ShardKey::of(shard), shard);
+    memory.addresses().observe(&ShardKey::of(shard), shard);
     Note::normal(
         shard,
         reason::ADDRESS_ASSIGNED,

@@ -1,0 +1,443 @@
+//! Everything the controller remembers about a shard between reconciles, in one place with one
+//! way to forget it ([`ShardMemory::forget`]). Callers see it through narrow views, each with
+//! the few operations one concern needs: [`AddressBook`] (addresses, states, our last write),
+//! [`Releases`] (deletions still to release, the watermark), [`EventLedger`] (what events said)
+//! and [`Failures`] (backoff). No I/O: state only, behind one lock.
+//!
+//! Per shard: its address state (exported as counts), the resourceVersion our last write went
+//! over, consecutive failures (for backoff), what events last said (so a refusal re-checked every
+//! minute is not an event storm), the address it carries or is being given (so no address is
+//! written onto two shards, whatever IPAM answers), and the incarnations that were deleted and
+//! whose claims still have to be released.
+//!
+//! Memory is bounded by live shards plus deletions not yet released: a standby drops the
+//! deletions the leader reports released (see [`Releases::drop_released_through`]), so it does
+//! not grow with churn.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv6Addr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use egress_api::shard::{AddressClaimRef, EgressShard};
+
+use super::{ShardKey, ShardState};
+
+mod addresses;
+mod failures;
+mod ledger;
+mod releases;
+
+use crate::metrics::Metrics;
+pub use addresses::AddressBook;
+pub use failures::Failures;
+pub use ledger::EventLedger;
+pub use releases::Releases;
+
+/// How many recent deletions are remembered by resourceVersion, to place a leader's release
+/// watermark in this instance's own order.
+const DELETIONS_REMEMBERED: usize = 65_536;
+
+/// A deleted incarnation of a shard whose claim may still be held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gone {
+    /// The deleted object's UID; `None` when only its name is known.
+    pub uid: Option<String>,
+    /// The claim ref the deleted object carried.
+    pub claim_ref: Option<AddressClaimRef>,
+    seq: u64,
+}
+
+impl Gone {
+    /// A deletion known by name only (nothing says which incarnation it was).
+    pub fn unknown() -> Self {
+        Gone {
+            uid: None,
+            claim_ref: None,
+            seq: 0,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    state: Option<ShardState>,
+    written_over: Option<String>,
+    failures: u32,
+    said: Vec<Said>,
+    /// The address the cached object carries.
+    address: Option<Ipv6Addr>,
+    /// An address being written right now.
+    reserved: Option<Ipv6Addr>,
+    gone: Vec<Gone>,
+}
+
+impl Record {
+    fn is_empty(&self) -> bool {
+        self.state.is_none()
+            && self.gone.is_empty()
+            && self.failures == 0
+            && self.reserved.is_none()
+            && self.address.is_none()
+    }
+}
+
+#[derive(Debug)]
+struct Said {
+    reason: &'static str,
+    note: String,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    records: HashMap<ShardKey, Record>,
+    /// Which shards carry (or are being given) each address.
+    holders: HashMap<Ipv6Addr, Vec<ShardKey>>,
+    counts: [i64; 4],
+    seq: u64,
+    /// Recent deletions in the order seen: (seq, resourceVersion of the DELETED event).
+    deletions: VecDeque<(u64, String)>,
+    deletion_seq: HashMap<String, u64>,
+}
+
+/// The per-shard memory of one controller instance.
+pub struct ShardMemory {
+    inner: Mutex<Inner>,
+    metrics: Metrics,
+}
+
+impl ShardMemory {
+    pub fn new(metrics: Metrics) -> Self {
+        Self {
+            inner: Mutex::default(),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        crate::lock(&self.inner)
+    }
+
+    /// Forgets everything about a shard: the one way out of this memory.
+    pub fn forget(&self, key: &ShardKey) {
+        let mut inner = self.lock();
+        if let Some(record) = inner.records.remove(key) {
+            inner.move_holder(key, record.address, None);
+            inner.move_holder(key, record.reserved, None);
+            inner.count(record.state, None, &self.metrics);
+        }
+    }
+
+    /// Whether anything is remembered about `key`.
+    pub fn knows(&self, key: &ShardKey) -> bool {
+        self.lock().records.contains_key(key)
+    }
+
+    /// Shards remembered at all (live or with a deletion pending).
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What each live shard carries and its state.
+    pub fn addresses(&self) -> AddressBook<'_> {
+        AddressBook(self)
+    }
+
+    /// Deletions still to release, and the release watermark.
+    pub fn releases(&self) -> Releases<'_> {
+        Releases(self)
+    }
+
+    /// What events last said.
+    pub fn events(&self) -> EventLedger<'_> {
+        EventLedger(self)
+    }
+
+    /// Consecutive failures, for backoff.
+    pub fn failures(&self) -> Failures<'_> {
+        Failures(self)
+    }
+}
+
+impl Inner {
+    /// Shards in a state, as exported.
+    fn count(&mut self, old: Option<ShardState>, new: Option<ShardState>, metrics: &Metrics) {
+        if old == new {
+            return;
+        }
+        for (state, delta) in [(old, -1), (new, 1)] {
+            if let Some(state) = state {
+                self.counts[state.index()] += delta;
+                metrics.set_shards(state.as_str(), self.counts[state.index()]);
+            }
+        }
+    }
+
+    fn move_holder(&mut self, key: &ShardKey, old: Option<Ipv6Addr>, new: Option<Ipv6Addr>) {
+        if old == new {
+            return;
+        }
+        let still_held = |r: &Record, a: Ipv6Addr| r.address == Some(a) || r.reserved == Some(a);
+        if let Some(old) = old {
+            let kept = self.records.get(key).is_some_and(|r| still_held(r, old));
+            if !kept && let Some(keys) = self.holders.get_mut(&old) {
+                keys.retain(|k| k != key);
+                if keys.is_empty() {
+                    self.holders.remove(&old);
+                }
+            }
+        }
+        if let Some(new) = new {
+            let keys = self.holders.entry(new).or_default();
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+    }
+
+    fn remember_deletion(&mut self, seq: u64, rv: &str) {
+        if self.deletions.len() == DELETIONS_REMEMBERED
+            && let Some((_, old)) = self.deletions.pop_front()
+        {
+            self.deletion_seq.remove(&old);
+        }
+        self.deletions.push_back((seq, rv.to_string()));
+        self.deletion_seq.insert(rv.to_string(), seq);
+    }
+
+    fn tidy(&mut self, key: &ShardKey) {
+        if self.records.get(key).is_some_and(Record::is_empty) {
+            self.records.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egress_api::shard::EgressShardSpec;
+    use std::collections::HashSet;
+
+    fn shard(name: &str, uid: &str, address: &str) -> EgressShard {
+        let mut s = EgressShard::new(name, EgressShardSpec::default());
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.uid = Some(uid.into());
+        s.metadata.resource_version = Some("1".into());
+        s.spec.shard_address_ipv6 = address.into();
+        if !address.is_empty() {
+            s.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+                api_group: "ipam.miloapis.com".into(),
+                kind: "IPClaim".into(),
+                project: "p".into(),
+                namespace: "default".into(),
+                name: format!("claim-{name}"),
+            });
+        }
+        s
+    }
+
+    fn key(name: &str) -> ShardKey {
+        ShardKey::new("ns", name)
+    }
+
+    fn key_set(keys: impl IntoIterator<Item = ShardKey>) -> HashSet<ShardKey> {
+        keys.into_iter().collect()
+    }
+
+    fn memory() -> ShardMemory {
+        ShardMemory::new(Metrics::unregistered())
+    }
+
+    #[test]
+    fn states_are_counted_once_per_shard_and_refusals_stick() {
+        let m = memory();
+        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        m.addresses()
+            .observe(&key("b"), &shard("b", "u2", "2001:db8::1"));
+        assert_eq!(m.addresses().count(ShardState::Pending), 1);
+        assert_eq!(m.addresses().count(ShardState::Addressed), 1);
+        m.addresses().set_state(&key("a"), ShardState::Refused);
+        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        assert_eq!(m.addresses().state(&key("a")), Some(ShardState::Refused));
+        assert_eq!(m.addresses().count(ShardState::Pending), 0);
+        m.forget(&key("a"));
+        m.forget(&key("a"));
+        assert_eq!(m.addresses().count(ShardState::Refused), 0);
+        assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn an_address_is_reserved_for_one_shard_only() {
+        let m = memory();
+        let addr: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        m.addresses()
+            .observe(&key("a"), &shard("a", "u1", "2001:db8::7"));
+        m.addresses().observe(&key("b"), &shard("b", "u2", ""));
+        assert_eq!(m.addresses().reserve(&key("b"), addr), Err(key("a")));
+        // A shard may be given the address it already carries.
+        assert_eq!(m.addresses().reserve(&key("a"), addr), Ok(()));
+        m.addresses().unreserve(&key("a"), true);
+        // In flight counts too: two writes of one address never overlap.
+        let other: Ipv6Addr = "2001:db8::8".parse().unwrap();
+        assert_eq!(m.addresses().reserve(&key("b"), other), Ok(()));
+        m.addresses().observe(&key("c"), &shard("c", "u3", ""));
+        assert_eq!(m.addresses().reserve(&key("c"), other), Err(key("b")));
+        // A failed write frees it; a successful one keeps it until the cache shows it.
+        m.addresses().unreserve(&key("b"), false);
+        assert_eq!(m.addresses().reserve(&key("c"), other), Ok(()));
+        m.addresses().unreserve(&key("c"), true);
+        assert_eq!(m.addresses().reserve(&key("b"), other), Err(key("c")));
+        // A deleted shard frees its address.
+        m.releases()
+            .observe_deleted(&key("a"), Some(&shard("a", "u1", "2001:db8::7")), Some("9"));
+        assert_eq!(m.addresses().reserve(&key("b"), addr), Ok(()));
+    }
+
+    #[test]
+    fn deletions_wait_for_their_release_and_then_go() {
+        let m = memory();
+        let s = shard("a", "u1", "2001:db8::1");
+        m.addresses().observe(&key("a"), &s);
+        m.releases()
+            .observe_deleted(&key("a"), Some(&s), Some("10"));
+        let gone = m.releases().gone(&key("a"));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].uid.as_deref(), Some("u1"));
+        assert_eq!(gone[0].claim_ref.as_ref().unwrap().name, "claim-a");
+        assert_eq!(m.addresses().count(ShardState::Addressed), 0);
+        // A new incarnation does not hide the old one's pending release.
+        m.addresses().observe(&key("a"), &shard("a", "u2", ""));
+        assert_eq!(m.releases().gone(&key("a")).len(), 1);
+        m.releases().released(&key("a"), &gone[0]);
+        assert!(m.releases().gone(&key("a")).is_empty());
+        assert_eq!(m.len(), 1, "the live incarnation is still remembered");
+        m.releases()
+            .observe_deleted(&key("a"), Some(&shard("a", "u2", "")), Some("11"));
+        let gone = m.releases().gone(&key("a"));
+        m.releases().released(&key("a"), &gone[0]);
+        assert!(m.is_empty(), "nothing is kept once released");
+    }
+
+    #[test]
+    fn a_standby_drops_what_the_leader_released_and_keeps_the_rest() {
+        let leader = memory();
+        let standby = memory();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let s = shard(name, &format!("u{i}"), "");
+            let rv = format!("{}", 20 + i);
+            for m in [&leader, &standby] {
+                m.addresses().observe(&key(name), &s);
+                m.releases()
+                    .observe_deleted(&key(name), Some(&s), Some(&rv));
+            }
+        }
+        assert_eq!(
+            leader.releases().release_watermark(),
+            None,
+            "nothing released yet"
+        );
+        let a = leader.releases().gone(&key("a")).remove(0);
+        leader.releases().released(&key("a"), &a);
+        assert_eq!(leader.releases().release_watermark().as_deref(), Some("20"));
+        let c = leader.releases().gone(&key("c")).remove(0);
+        leader.releases().released(&key("c"), &c);
+        assert_eq!(
+            leader.releases().release_watermark().as_deref(),
+            Some("20"),
+            "b is still pending, so c's release does not move the watermark"
+        );
+        assert_eq!(standby.releases().drop_released_through("20"), 1);
+        assert_eq!(
+            key_set(standby.releases().keys_with_deletions()),
+            key_set([key("b"), key("c")])
+        );
+        assert_eq!(standby.releases().drop_released_through("unknown"), 0);
+        let b = leader.releases().gone(&key("b")).remove(0);
+        leader.releases().released(&key("b"), &b);
+        assert_eq!(leader.releases().release_watermark().as_deref(), Some("22"));
+        assert_eq!(standby.releases().drop_released_through("22"), 2);
+        assert!(standby.is_empty());
+    }
+
+    #[test]
+    fn events_repeat_only_after_the_interval_or_with_a_new_note() {
+        let m = memory();
+        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        let t0 = Instant::now();
+        let hour = Duration::from_secs(3600);
+        assert!(
+            m.events()
+                .admit(&key("a"), "ClaimRefused", "Exhausted", t0, hour)
+        );
+        assert!(!m.events().admit(
+            &key("a"),
+            "ClaimRefused",
+            "Exhausted",
+            t0 + Duration::from_secs(60),
+            hour
+        ));
+        assert!(
+            m.events()
+                .admit(&key("a"), "ClaimRefused", "Exhausted", t0 + hour, hour)
+        );
+        assert!(
+            m.events()
+                .admit(&key("a"), "ClaimRefused", "ClassNotFound", t0, hour)
+        );
+        m.events().retract(&key("a"), "ClaimRefused");
+        assert!(
+            m.events()
+                .admit(&key("a"), "ClaimRefused", "ClassNotFound", t0, hour)
+        );
+        assert!(
+            !m.events().admit(&key("zz"), "ClaimRefused", "x", t0, hour),
+            "an unknown shard gets no event"
+        );
+    }
+
+    #[test]
+    fn staleness_follows_our_last_write() {
+        let m = memory();
+        let s = shard("a", "u1", "");
+        m.addresses().observe(&key("a"), &s);
+        m.addresses().wrote_over(&key("a"), Some("1"));
+        assert!(m.addresses().is_stale(&key("a"), &s));
+        let mut newer = s.clone();
+        newer.metadata.resource_version = Some("2".into());
+        assert!(!m.addresses().is_stale(&key("a"), &newer));
+        assert!(
+            !m.addresses().is_stale(&key("a"), &s),
+            "a newer version was seen"
+        );
+    }
+
+    #[test]
+    fn a_cache_past_our_write_ends_the_staleness_without_a_reconcile() {
+        let m = memory();
+        let s = shard("a", "u1", "");
+        m.addresses().observe(&key("a"), &s);
+        m.addresses().wrote_over(&key("a"), Some("1"));
+        m.addresses().cached_at(&key("a"), "1");
+        assert!(
+            m.addresses().is_stale(&key("a"), &s),
+            "the cache still shows what we wrote over"
+        );
+        m.addresses().cached_at(&key("a"), "2");
+        assert!(!m.addresses().is_stale(&key("a"), &s));
+    }
+
+    #[test]
+    fn failures_count_up_and_reset() {
+        let m = memory();
+        assert_eq!(m.failures().failed(&key("a")), 1);
+        assert_eq!(m.failures().failed(&key("a")), 2);
+        m.failures().succeeded(&key("a"));
+        assert!(m.is_empty());
+    }
+}
