@@ -426,7 +426,6 @@ thread_local! {
 /// Evaluates the compiled `x-kubernetes-validations` rules. `old` enables transition rules.
 pub fn validate_cel(
     compiled: &CompiledSchema,
-    schema: &Value,
     obj: &Value,
     old: Option<&Value>,
 ) -> Vec<FieldError> {
@@ -437,19 +436,19 @@ pub fn validate_cel(
     errors
         .into_iter()
         .map(|e| {
-            let node_type = schema_at(schema, &e.field_path)
-                .and_then(|s| s.get("type"))
-                .and_then(Value::as_str)
-                .unwrap_or("object")
-                .to_string();
             let kind = match e.kind {
                 ErrorKind::ValidationFailure => {
                     FieldErrorKind::from_rule_reason(e.reason.as_deref())
                 }
                 _ => FieldErrorKind::Invalid,
             };
-            let value = match kind {
-                FieldErrorKind::Invalid => Some(format!("{node_type:?}")),
+            // As kube-apiserver 1.37 words a failed rule: a scalar's own value (a string quoted),
+            // and no value at all for an object or a list.
+            let value = match (kind, value_at(obj, &e.field_path)) {
+                (FieldErrorKind::Invalid, Some(v @ Value::String(_))) => Some(v.to_string()),
+                (FieldErrorKind::Invalid, Some(v @ (Value::Number(_) | Value::Bool(_)))) => {
+                    Some(v.to_string())
+                }
                 _ => None,
             };
             FieldError {
@@ -462,26 +461,22 @@ pub fn validate_cel(
         .collect()
 }
 
-/// The schema node a dotted field path (`spec.items[0].name`) refers to.
-fn schema_at<'a>(schema: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut cur = schema;
+/// The value a dotted field path (`spec.items[0].name`) names in an object.
+fn value_at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
     for seg in path.split('.').filter(|s| !s.is_empty()) {
         let (name, rest) = match seg.find('[') {
             Some(i) => (&seg[..i], &seg[i..]),
             None => (seg, ""),
         };
         if !name.is_empty() {
-            cur = cur
-                .get("properties")
-                .and_then(|p| p.get(name))
-                .or_else(|| cur.get("additionalProperties").filter(|a| a.is_object()))?;
+            cur = cur.get(name)?;
         }
         for idx in rest.split('[').filter(|s| !s.is_empty()) {
             let idx = idx.trim_end_matches(']');
-            cur = if idx.parse::<usize>().is_ok() {
-                cur.get("items")?
-            } else {
-                cur.get("additionalProperties")?
+            cur = match idx.parse::<usize>() {
+                Ok(i) => cur.get(i)?,
+                Err(_) => cur.get(idx.trim_matches(|c| c == '"' || c == '\''))?,
             };
         }
     }

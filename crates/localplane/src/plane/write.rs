@@ -187,7 +187,7 @@ fn validate(
             if errs.is_empty()
                 && let Some(c) = v.compiled.as_deref()
             {
-                errs = schema::validate_cel(c, schema_v, obj, old);
+                errs = schema::validate_cel(c, obj, old);
             }
             errs
         }

@@ -391,7 +391,7 @@ async fn cel_rules_refuse_with_the_apiservers_422() {
     assert!(err.is_invalid());
     assert_eq!(
         err.message,
-        r#"EgressShard.network.datumapis.com "x" is invalid: spec.shardAddressIPv6: Invalid value: "string": shardAddressIPv6 is immutable once assigned"#
+        r#"EgressShard.network.datumapis.com "x" is invalid: spec.shardAddressIPv6: Invalid value: "2001:db8::2": shardAddressIPv6 is immutable once assigned"#
     );
     let d = err.details.unwrap();
     assert_eq!(d.kind, "EgressShard");
@@ -465,7 +465,7 @@ async fn defaults_pruning_and_schema_constraints() {
     );
     assert_eq!(
         err.message,
-        r#"Widget.example.localplane.dev "v" is invalid: spec: Invalid value: "object": size must not exceed max"#
+        r#"Widget.example.localplane.dev "v" is invalid: spec: Invalid value: size must not exceed max"#
     );
     let err = api_err(
         api.create(

@@ -159,7 +159,7 @@ async fn patch_refused_with_the_cel_message() {
         .await;
     assert!(!ok);
     assert!(
-        err.contains(r#"The EgressShard "s1" is invalid: spec.shardAddressIPv6: Invalid value: "string": shardAddressIPv6 is immutable once assigned"#),
+        err.contains(r#"The EgressShard "s1" is invalid: spec.shardAddressIPv6: Invalid value: "2001:db8::2": shardAddressIPv6 is immutable once assigned"#),
         "{err}"
     );
     lp.shutdown().await;
