@@ -205,6 +205,29 @@ impl Ctl {
         )
     }
 
+    /// The sum of every series of `name` whose labels include `label` (other labels any).
+    pub fn sum(&self, name: &str, label: (&str, &str)) -> u64 {
+        let text = egress_address::metrics::encode(&self.registry);
+        let wanted = format!("{}=\"{}\"", label.0, label.1);
+        let mut total = 0.0;
+        for line in text.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Some(labels) = series
+                .strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix('{'))
+                .and_then(|rest| rest.strip_suffix('}'))
+            else {
+                continue;
+            };
+            if labels.split(',').any(|l| l == wanted) {
+                total += value.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        total as u64
+    }
+
     /// How many claims ended in `outcome` (the label of `egress_address_claim_outcomes_total`).
     pub fn claim_outcomes(&self, outcome: &str) -> u64 {
         self.sample(
@@ -234,6 +257,36 @@ pub async fn start_controller_with(settings: Settings, cell: Client, ipam: Clien
 pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
+    start_registered(settings, cell, ipam, registry, metrics)
+}
+
+/// Starts a controller whose cell client is built from `kubeconfig` as the binary builds it,
+/// every request counted in `rest_client_requests_total`, and waits until it is ready.
+pub async fn start_counted(settings: Settings, kubeconfig: &std::path::Path, ipam: Client) -> Ctl {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let observe = egress_address::connect::connection::counted_by(&metrics);
+    let (cell, _follower) = egress_address::connect::kubeconfig::following_cell_client(
+        Some(kubeconfig),
+        egress_address::connect::kubeconfig::Transport::default(),
+        Some(observe),
+    )
+    .await
+    .unwrap();
+    let ctl = start_registered(settings, cell, ipam, registry, metrics);
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_ready())
+        .await
+        .expect("the controller becomes ready");
+    ctl
+}
+
+fn start_registered(
+    settings: Settings,
+    cell: Client,
+    ipam: Client,
+    registry: prometheus_client::registry::Registry,
+    metrics: Metrics,
+) -> Ctl {
     let running = Controller::new(settings, cell, ipam, metrics)
         .unwrap()
         .start();

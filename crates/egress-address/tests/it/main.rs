@@ -9,5 +9,6 @@ mod layers;
 mod observe;
 mod operations;
 mod rbac;
+mod real_cell;
 mod reconcile;
 mod runtime;

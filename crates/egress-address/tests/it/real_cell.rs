@@ -1,0 +1,207 @@
+//! The controller against the real kube-apiserver 1.37 as its cell, under the shipped install
+//! (`config/egress-address`, applied with `kubectl apply --server-side` as an operator would), as
+//! the ServiceAccount identity the install names, with IPAM from localplane (Milo itself is not
+//! available here). The real authorizer, the real CEL evaluator, real Leases and real
+//! events.k8s.io validation judge what localplane only emulates.
+
+use std::time::Duration;
+
+use egress_address::ipam::naming::claim_name;
+use egress_api::shard::EgressShard;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use localplane::testing::{judges, shard_object, workspace_root};
+use realcell::{Identity, RealCell};
+use tokio::sync::OnceCell;
+
+use crate::common::*;
+
+/// Where the shipped install puts the controller, and so its Lease.
+const INSTALL_NAMESPACE: &str = "egress-address-system";
+
+/// The shared real cell with the CRD and the shipped install applied, once per test binary.
+async fn installed() -> &'static RealCell {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let real = RealCell::shared()
+        .await
+        .expect("the real control plane starts");
+    INSTALLED
+        .get_or_init(|| async {
+            let config = workspace_root().join("config");
+            real.install_crds(&config.join("crd/network.datumapis.com_egressshards.yaml"))
+                .await
+                .unwrap();
+            let out = tokio::process::Command::new(judges::kubectl())
+                .arg("--kubeconfig")
+                .arg(real.kubeconfig(Identity::Admin))
+                .args(["apply", "--server-side", "--field-manager=install", "-k"])
+                .arg(config.join("egress-address"))
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "the shipped install does not apply to the real apiserver: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
+        .await;
+    real
+}
+
+async fn namespace(admin: &kube::Client, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+async fn cell_id(admin: &kube::Client) -> String {
+    Api::<Namespace>::all(admin.clone())
+        .get("kube-system")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap()
+}
+
+async fn addressed_on(shards: &Api<EgressShard>, name: &str) -> EgressShard {
+    eventually(
+        30,
+        &format!("shard {name} addressed on the real cell"),
+        || async {
+            let s = shards.get(name).await.ok()?;
+            (!s.spec.shard_address_ipv6.is_empty()).then_some(s)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_a_real_cell() {
+    const NS: &str = "real-rbac";
+    let real = installed().await;
+    let admin = real.client(Identity::Admin).await.unwrap();
+    namespace(&admin, NS).await;
+    let cell = cell_id(&admin).await;
+    let plane = Plane::start().await;
+
+    // A retained allocation of an earlier incarnation of "adopted", as IPAM keeps it.
+    let earlier =
+        egress_address::ipam::spec::desired_claim(&egress_address::ipam::spec::ClaimRequest {
+            class_name: CLASS,
+            claim_namespace: CLAIM_NS,
+            location: LOCATION,
+            cell: &cell,
+            shard_namespace: NS,
+            shard_name: "adopted",
+            shard_uid: "an-earlier-incarnation",
+        });
+    plane.retain_address(&earlier).await;
+
+    let mut s = settings();
+    s.identity = "real-cell-0".into();
+    s.shard_namespace = Some(NS.into());
+    s.drift_check_interval = Duration::from_millis(500);
+    s.leader_election = Some(egress_address::LeaderElection {
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(500),
+        ..egress_address::LeaderElection::new(INSTALL_NAMESPACE)
+    });
+    let ctl = start_counted(
+        s,
+        &real.kubeconfig(Identity::Controller),
+        plane.ipam_for_controller().await,
+    )
+    .await;
+
+    let shards: Api<EgressShard> = Api::namespaced(admin.clone(), NS);
+    for name in ["fresh", "adopted"] {
+        let shard: EgressShard = serde_json::from_value(shard_object(NS, name)).unwrap();
+        shards.create(&PostParams::default(), &shard).await.unwrap();
+    }
+    let fresh = addressed_on(&shards, "fresh").await;
+    let r = fresh.spec.shard_address_ipv6_claim_ref.clone().unwrap();
+    assert_eq!(
+        (r.kind.as_str(), r.name.clone()),
+        ("IPClaim", claim_name(&cell, NS, "fresh"))
+    );
+    let adopted = addressed_on(&shards, "adopted").await;
+    assert_eq!(
+        adopted.spec.shard_address_ipv6_claim_ref.unwrap().kind,
+        "IPAllocation"
+    );
+    // managedFields as the real server keeps them: the controller's one update is its own.
+    let managers: Vec<String> = fresh
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers.len() >= 2,
+        "the creator and the controller: {managers:?}"
+    );
+
+    // Leads with a real Lease in the install's namespace.
+    let lease = Api::<Lease>::namespaced(admin.clone(), INSTALL_NAMESPACE)
+        .get("egress-address-controller.cloud.datumapis.com")
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("real-cell-0")
+    );
+
+    // Events through events.k8s.io, accepted by the real validation.
+    let events = eventually(30, "an AddressAssigned event on the real cell", || async {
+        let list = Api::<Event>::namespaced(admin.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        let reasons: Vec<String> = list.items.into_iter().filter_map(|e| e.reason).collect();
+        reasons
+            .iter()
+            .any(|r| r == "AddressAssigned")
+            .then_some(reasons)
+    })
+    .await;
+    assert!(!events.is_empty());
+
+    // Released once the real server says the shard is gone.
+    shards
+        .delete("fresh", &DeleteParams::default())
+        .await
+        .unwrap();
+    let claim = claim_name(&cell, NS, "fresh");
+    eventually(30, "the claim of the deleted shard released", || async {
+        plane.claim_now(&claim).is_none().then_some(())
+    })
+    .await;
+    // Drift checks read the adopted shard's allocation.
+    eventually(30, "a drift check", || async {
+        (plane.requests(|k| k.verb == "get" && k.resource.starts_with("ipallocations")) >= 1)
+            .then_some(())
+    })
+    .await;
+    // Nothing the controller asked the real cell for was refused.
+    assert!(ctl.sum("rest_client_requests_total", ("code", "200")) > 0);
+    assert_eq!(
+        ctl.sum("rest_client_requests_total", ("code", "403")),
+        0,
+        "the shipped RBAC refused a request"
+    );
+    ctl.stop().await.unwrap();
+}
