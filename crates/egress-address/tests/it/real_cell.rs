@@ -205,3 +205,89 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
     );
     ctl.stop().await.unwrap();
 }
+
+/// Rows `kubectl auth can-i --list` shows for every authenticated identity (the bootstrap roles
+/// system:basic-user, system:discovery, system:public-info-viewer): not the install's.
+fn granted_to_everyone(resource: &str) -> bool {
+    resource.is_empty()
+        || resource.starts_with("selfsubject")
+        || resource.starts_with("clustertrustbundles.")
+}
+
+/// `kubectl auth can-i --list` as the controller, in `namespace`: (resource, names, verbs) of
+/// the install's own rows.
+async fn can_i(real: &RealCell, namespace: &str) -> Vec<(String, String, String)> {
+    let out = tokio::process::Command::new(judges::kubectl())
+        .arg("--kubeconfig")
+        .arg(real.kubeconfig(Identity::Controller))
+        .args(["auth", "can-i", "--list", "-n", namespace])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut rows: Vec<(String, String, String)> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l
+                .split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect();
+            let [resource, _urls, names, verbs] = cols.as_slice() else {
+                return None;
+            };
+            let strip = |v: &str| v.trim_matches(|c| c == '[' || c == ']').to_string();
+            Some((resource.to_string(), strip(names), strip(verbs)))
+        })
+        .filter(|(r, _, _)| !granted_to_everyone(r))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// The table of docs/operations.md, "What the controller may do in the cell", as rows valid in
+/// `namespace`.
+fn documented(namespace: &str) -> Vec<(String, String, String)> {
+    let doc = std::fs::read_to_string(workspace_root().join("docs/operations.md")).unwrap();
+    let section = doc
+        .split("### What the controller may do in the cell")
+        .nth(1)
+        .expect("the section in docs/operations.md");
+    let mut rows: Vec<(String, String, String)> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| `"))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cols: Vec<String> = l
+                .split('|')
+                .map(|c| c.trim().trim_matches('`').to_string())
+                .collect();
+            let (resource, names, verbs, place) = (&cols[1], &cols[2], &cols[3], &cols[4]);
+            let here = !place.contains("only") || place.contains(namespace);
+            here.then(|| (resource.clone(), names.clone(), verbs.clone()))
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test]
+async fn what_the_controller_may_do_is_what_the_runbook_says() {
+    let real = installed().await;
+    for namespace in [INSTALL_NAMESPACE, "default"] {
+        let documented = documented(namespace);
+        assert!(documented.len() >= 3, "{documented:?}");
+        assert_eq!(
+            can_i(real, namespace).await,
+            documented,
+            "kubectl auth can-i --list in {namespace} against docs/operations.md"
+        );
+    }
+}
