@@ -15,3 +15,4 @@ mod demo;
 mod grants;
 mod install;
 mod manifests;
+mod real_install;
