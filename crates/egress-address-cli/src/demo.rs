@@ -38,6 +38,17 @@ pub struct DemoArgs {
     /// Reconcile concurrency of the controller.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+    /// The cell: localplane (starts in a second), or the real kube-apiserver and etcd built from
+    /// Go modules by testcluster/ (built on first use; needs Go). IPAM is localplane's either way.
+    #[arg(long, value_enum, default_value_t = CellKind::Local)]
+    pub cell: CellKind,
+}
+
+/// Which API server plays the cell.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellKind {
+    Local,
+    Real,
 }
 
 fn humantime_secs(s: &str) -> Result<Duration, String> {
@@ -81,7 +92,16 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         args.root_cidr
     )?;
 
-    let cell = kube::Client::try_from(kube_config(world.cell_kubeconfig()).await?)?;
+    let real = match args.cell {
+        CellKind::Local => None,
+        CellKind::Real => Some(start_real_cell(&mut out).await?),
+    };
+    let cell = match &real {
+        Some(real) => real.client(realcell::Identity::Admin).await?,
+        None => kube::Client::try_from(kube_config(world.cell_kubeconfig()).await?)?,
+    };
+    let shards: kube::Api<egress_api::shard::EgressShard> =
+        kube::Api::namespaced(cell.clone(), SHARD_NAMESPACE);
     let ipam = egress_address::ipam_client(world.ipam_kubeconfig(), PLATFORM_PROJECT).await?;
     let mut settings = Settings::new(ADDRESS_CLASS, LOCATION, PLATFORM_PROJECT);
     settings.claim_namespace = CLAIM_NAMESPACE.to_string();
@@ -96,7 +116,6 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         let _ = stop_rx.await;
     }));
 
-    let shards = world.shards();
     let names: Vec<String> = (0..args.shards).map(|i| format!("shard-{i:04}")).collect();
     let mut created: BTreeMap<String, Instant> = BTreeMap::new();
     writeln!(
@@ -117,11 +136,7 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
     let mut addressed_at: BTreeMap<String, Duration> = BTreeMap::new();
     let bar = progress_bar(names.len());
     loop {
-        for s in world
-            .lp()
-            .cell()
-            .objects(&shards_key(), Some(SHARD_NAMESPACE))
-        {
+        for s in shards_now(&world, real.is_some().then_some(&shards)).await? {
             let name = s["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
@@ -151,7 +166,8 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         start.elapsed().as_millis()
     )?;
 
-    let rows = rows(&world, &names, &addressed_at);
+    let now = shards_now(&world, real.is_some().then_some(&shards)).await?;
+    let rows = rows(&now, &names, &addressed_at);
     print_rows(&mut out, &rows)?;
     let ok = rows.iter().all(|r| r.time_to_address.is_some());
     if !ok {
@@ -163,7 +179,10 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
     }
 
     if !args.once {
-        let cell_admin = world.lp().kubeconfig_path("cell", ADMIN)?;
+        let cell_admin = match &real {
+            Some(real) => real.kubeconfig(realcell::Identity::Admin),
+            None => world.lp().kubeconfig_path("cell", ADMIN)?,
+        };
         let ipam_admin = world.lp().kubeconfig_path(PLATFORM_PROJECT, ADMIN)?;
         print_next_steps(&mut out, &cell_admin, &ipam_admin)?;
         tokio::signal::ctrl_c().await.ok();
@@ -176,7 +195,65 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         _ => {}
     }
     world.shutdown().await;
+    if let Some(real) = real {
+        real.stop().await?;
+    }
     Ok(ok)
+}
+
+/// Starts the real control plane (building it first if needed), installs the CRD and the shard
+/// namespace, and says which server it is.
+async fn start_real_cell(out: &mut impl Write) -> Result<realcell::RealCell> {
+    writeln!(
+        out,
+        "Starting the real control plane (kube-apiserver and etcd from testcluster/; the first start builds it)..."
+    )?;
+    let real = realcell::RealCell::start()
+        .await
+        .context("starting the real control plane")?;
+    let admin = real.client(realcell::Identity::Admin).await?;
+    let version = admin.apiserver_version().await?;
+    writeln!(
+        out,
+        "  API server: {} (kube-apiserver {}, ready in {} ms)",
+        real.server(),
+        version.git_version,
+        real.started_in().as_millis()
+    )?;
+    let crd = realcell::workspace_root().join("config/crd/network.datumapis.com_egressshards.yaml");
+    real.install_crds(&crd).await?;
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": SHARD_NAMESPACE}}))?;
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(admin)
+        .create(&PostParams::default(), &ns)
+        .await
+        .context("creating the shard namespace")?;
+    writeln!(
+        out,
+        "  installed config/crd and namespace {SHARD_NAMESPACE:?}"
+    )?;
+    Ok(real)
+}
+
+/// The shards as the cell holds them now: from localplane's store (no request), or listed from
+/// the real API server.
+async fn shards_now(
+    world: &World,
+    real: Option<&kube::Api<egress_api::shard::EgressShard>>,
+) -> Result<Vec<serde_json::Value>> {
+    match real {
+        None => Ok(world
+            .lp()
+            .cell()
+            .objects(&shards_key(), Some(SHARD_NAMESPACE))),
+        Some(api) => Ok(api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?),
+    }
 }
 
 async fn kube_config(path: &Path) -> Result<kube::Config> {
@@ -197,13 +274,18 @@ fn progress_bar(total: usize) -> ProgressBar {
     bar
 }
 
-fn rows(world: &World, names: &[String], addressed_at: &BTreeMap<String, Duration>) -> Vec<Row> {
-    let cell = world.lp().cell();
+fn rows(
+    now: &[serde_json::Value],
+    names: &[String],
+    addressed_at: &BTreeMap<String, Duration>,
+) -> Vec<Row> {
     names
         .iter()
         .map(|name| {
-            let s = cell
-                .object(&shards_key(), Some(SHARD_NAMESPACE), name)
+            let s = now
+                .iter()
+                .find(|s| s["metadata"]["name"] == name.as_str())
+                .cloned()
                 .unwrap_or_default();
             let r = &s["spec"]["shardAddressIPv6ClaimRef"];
             Row {

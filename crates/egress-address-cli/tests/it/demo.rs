@@ -66,3 +66,38 @@ fn demo_rejects_a_bad_duration() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("\"soon\" is not a duration"));
 }
+
+#[test]
+fn demo_on_the_real_cell_names_the_server_and_addresses_every_shard() {
+    let _turn = one_fleet_at_a_time_blocking();
+    let out = Command::new(BIN)
+        .args([
+            "demo",
+            "--cell",
+            "real",
+            "--once",
+            "--shards",
+            "4",
+            "--timeout",
+            "60s",
+        ])
+        .output()
+        .expect("the demo starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo --cell real failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("(kube-apiserver v1.37."), "{stdout}");
+    assert!(stdout.contains("4 of 4 shards addressed"), "{stdout}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("shard-") && l.contains("2001:db8:"))
+            .count(),
+        4,
+        "{stdout}"
+    );
+}
