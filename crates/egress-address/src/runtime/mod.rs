@@ -8,6 +8,7 @@ pub mod admin;
 pub mod events;
 pub mod leader;
 pub mod limiter;
+pub mod orphans;
 pub mod queue;
 pub mod readiness;
 pub mod sweep;
@@ -325,6 +326,16 @@ impl Controller {
                     metrics.clone(),
                     stop_work.clone(),
                 ),
+            );
+        }
+        if !settings.release_orphaned_claims_every.is_zero() {
+            background.spawn(
+                orphans::OrphanSweep {
+                    ctx: ctx.clone(),
+                    leader: leader.clone(),
+                    readiness: readiness.clone(),
+                }
+                .run(settings.release_orphaned_claims_every, stop_work.clone()),
             );
         }
         background.spawn(worker::release_parked(
