@@ -336,13 +336,16 @@ mod tests {
     fn an_orphan_whose_address_a_shard_carries_is_never_released() {
         let cells = ["cell-a".to_string(), "cell-b".to_string()];
         let shards = vec![in_cell("cell-b", "copy", "2001:db8::2", None)];
-        let claims = vec![claim("cell-a", "gone", "uid-gone", "2001:db8::2/128", "dfw")];
+        let claims = vec![claim(
+            "cell-a",
+            "gone",
+            "uid-gone",
+            "2001:db8::2/128",
+            "dfw",
+        )];
         let judged = judge_claims(&claims, &cells, &shards, &SCOPE);
         let blocked = judged[0].orphan.as_ref().unwrap().blocked.clone().unwrap();
-        assert!(
-            blocked.contains("egress/copy in cell cell-b"),
-            "{blocked}"
-        );
+        assert!(blocked.contains("egress/copy in cell cell-b"), "{blocked}");
     }
 
     #[test]

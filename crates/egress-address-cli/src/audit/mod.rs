@@ -38,9 +38,7 @@ use egress_address::ipam::naming::{
 };
 
 use fleet::{Judged, judge_claims};
-use verdict::{
-    ClaimMarks, Finding, Holder, Lookup, Release, ReleaseAction, ShardView, judge,
-};
+use verdict::{ClaimMarks, Finding, Holder, Lookup, Release, ReleaseAction, ShardView, judge};
 
 /// How long one request of the audit may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -211,9 +209,7 @@ pub struct AuditedCell {
 }
 
 /// Connects to every cell and reads its identity; two kubeconfigs of one cell are refused.
-pub async fn connect(
-    sources: Vec<(Option<PathBuf>, Option<String>)>,
-) -> Result<Vec<AuditedCell>> {
+pub async fn connect(sources: Vec<(Option<PathBuf>, Option<String>)>) -> Result<Vec<AuditedCell>> {
     let mut cells: Vec<AuditedCell> = vec![];
     for (kubeconfig, id) in sources {
         let source = kubeconfig.as_deref().map_or_else(
@@ -319,7 +315,10 @@ pub async fn audit(
                 .await
                 .map(|c| {
                     let marks = claim_marks(&c);
-                    (c.status.map(|s| s.allocated_cidr).unwrap_or_default(), marks)
+                    (
+                        c.status.map(|s| s.allocated_cidr).unwrap_or_default(),
+                        marks,
+                    )
                 }),
         };
         let lookup = match answer {

@@ -472,8 +472,14 @@ pub(super) mod tests {
             (holder("c-a"), found("2001:db8::5/128")),
             (holder("c-b"), found("2001:db8::5/128")),
             (holder("c-err"), Lookup::Failed("connection refused".into())),
-            (holder("c-marked"), marked("2001:db8::7/128", "cell-a", "marked")),
-            (holder("c-copied"), marked("2001:db8::8/128", "cell-a", "original")),
+            (
+                holder("c-marked"),
+                marked("2001:db8::7/128", "cell-a", "marked"),
+            ),
+            (
+                holder("c-copied"),
+                marked("2001:db8::8/128", "cell-a", "original"),
+            ),
         ]);
         let findings = judge(&shards, &lookup);
         let got: Vec<(&str, Verdict)> = findings
@@ -583,10 +589,8 @@ pub(super) mod tests {
             in_cell("cell-a", "w-1", "2001:db8::5", Some(holder("c-w-1"))),
             in_cell("cell-b", "dup", "2001:db8::5", Some(holder("c-w-1"))),
         ];
-        let lookup = BTreeMap::from([(
-            holder("c-w-1"),
-            marked("2001:db8::5/128", "cell-a", "w-1"),
-        )]);
+        let lookup =
+            BTreeMap::from([(holder("c-w-1"), marked("2001:db8::5/128", "cell-a", "w-1"))]);
         let f = judge(&shards, &lookup);
         assert_eq!(f[0].verdict, Verdict::AddressShared);
         assert_eq!(f[1].verdict, Verdict::AddressShared);

@@ -177,8 +177,8 @@ async fn scenario(
     platform.apply_object(foreign).unwrap();
     let orphan = claim_name("s-orphan");
     if sweep {
-        let claim = egress_address::ipam::spec::desired_claim(
-            &egress_address::ipam::spec::ClaimRequest {
+        let claim =
+            egress_address::ipam::spec::desired_claim(&egress_address::ipam::spec::ClaimRequest {
                 class_name: "datum-egress-shard-address-ipv6",
                 claim_namespace: CLAIM_NS,
                 location: "dfw",
@@ -186,8 +186,7 @@ async fn scenario(
                 shard_namespace: SHARD_NS,
                 shard_name: "s-orphan",
                 shard_uid: "uid-of-a-shard-deleted-unseen",
-            },
-        );
+            });
         platform
             .apply_object(serde_json::to_value(claim).unwrap())
             .unwrap();

@@ -479,7 +479,10 @@ mod tests {
         let mut sweeping = ALL.to_vec();
         sweeping.push("--release-orphaned-claims-every=10m");
         assert_eq!(
-            parse(&sweeping).settings().unwrap().release_orphaned_claims_every,
+            parse(&sweeping)
+                .settings()
+                .unwrap()
+                .release_orphaned_claims_every,
             Duration::from_secs(600)
         );
         let le = s.leader_election.unwrap();

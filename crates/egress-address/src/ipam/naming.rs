@@ -40,10 +40,7 @@ const CELL_HEX_CHARS: usize = 10;
 /// sha256(`cell/namespace/name`), so two long names sharing a prefix still differ.
 pub fn claim_name(cell: &str, shard_namespace: &str, shard_name: &str) -> String {
     shorten(
-        format!(
-            "{}{shard_namespace}.{shard_name}",
-            cell_claim_prefix(cell)
-        ),
+        format!("{}{shard_namespace}.{shard_name}", cell_claim_prefix(cell)),
         &format!("{cell}/{shard_namespace}/{shard_name}"),
     )
 }

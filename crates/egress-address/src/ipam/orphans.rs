@@ -43,7 +43,8 @@ pub enum Marks {
 /// Reads whose `claim` is.
 pub fn marks(claim: &IPClaim) -> Marks {
     let get = |key: &str| claim.annotations().get(key).cloned();
-    let (Some(namespace), Some(name)) = (get(ANNOTATION_SHARD_NAMESPACE), get(ANNOTATION_SHARD_NAME))
+    let (Some(namespace), Some(name)) =
+        (get(ANNOTATION_SHARD_NAMESPACE), get(ANNOTATION_SHARD_NAME))
     else {
         return Marks::Foreign;
     };
@@ -234,7 +235,10 @@ pub async fn delete_exactly(ipam: &Ipam, claim: &IPClaim) -> Result<Freed, Orpha
         Ok(Deleted::Deleted) => Ok(Freed::Released),
         Ok(Deleted::AlreadyGone) => Ok(Freed::AlreadyGone),
         Ok(Deleted::Replaced) => Ok(Freed::Replaced),
-        Err(source) => Err(OrphanError::Delete { claim: name, source }),
+        Err(source) => Err(OrphanError::Delete {
+            claim: name,
+            source,
+        }),
     }
 }
 
@@ -305,7 +309,10 @@ mod tests {
         );
         let legacy = claim(
             "egress-shard-ipv6.ns.s",
-            &[(ANNOTATION_SHARD_NAMESPACE, "ns"), (ANNOTATION_SHARD_NAME, "s")],
+            &[
+                (ANNOTATION_SHARD_NAMESPACE, "ns"),
+                (ANNOTATION_SHARD_NAME, "s"),
+            ],
         );
         assert_eq!(
             marks(&legacy),
@@ -335,7 +342,11 @@ mod tests {
     fn an_orphan_is_a_claim_of_this_cell_whose_incarnation_does_not_live() {
         let of = |c: &IPClaim, live: Option<&str>| {
             standing(&marks(c), CELL, |ns, name| {
-                assert_eq!((ns, name), ("ns", "s"), "the claim's own shard is looked up");
+                assert_eq!(
+                    (ns, name),
+                    ("ns", "s"),
+                    "the claim's own shard is looked up"
+                );
                 live.map(str::to_string)
             })
         };
@@ -354,7 +365,10 @@ mod tests {
         );
         let legacy = claim(
             "egress-shard-ipv6.ns.s",
-            &[(ANNOTATION_SHARD_NAMESPACE, "ns"), (ANNOTATION_SHARD_NAME, "s")],
+            &[
+                (ANNOTATION_SHARD_NAMESPACE, "ns"),
+                (ANNOTATION_SHARD_NAME, "s"),
+            ],
         );
         assert_eq!(of(&legacy, None), Standing::Legacy);
         assert_eq!(of(&claim("c", &[]), None), Standing::Foreign);
@@ -364,6 +378,9 @@ mod tests {
     fn errors_have_stable_labels() {
         let e = OrphanError::NotLeader { claim: "c".into() };
         assert_eq!(e.metric_label(), "not_leader");
-        assert_eq!(e.to_string(), "not the leader; claim \"c\" was not released");
+        assert_eq!(
+            e.to_string(),
+            "not the leader; claim \"c\" was not released"
+        );
     }
 }

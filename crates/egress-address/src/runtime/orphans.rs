@@ -41,10 +41,10 @@ use super::leader::LeaderToken;
 use super::limiter::RetryBucket;
 use super::readiness::Readiness;
 use crate::ipam::naming::{LABEL_CELL_TAG, cell_claim_prefix, cell_tag};
-use crate::ipam::spec::SCOPE_ROLE_LOCATION;
 use crate::ipam::orphans::{
     Freed, Marks, OrphanError, Standing, live_shard_uid, marks, release_orphan, standing,
 };
+use crate::ipam::spec::SCOPE_ROLE_LOCATION;
 use crate::reconcile::Context;
 
 /// The sweep's requests per second, on average, to IPAM and the cell together.
@@ -261,13 +261,14 @@ impl OrphanSweep {
                     .scope
                     .get(SCOPE_ROLE_LOCATION)
                     .is_some_and(|l| l.name == settings.location);
-                let watched = here && match &m {
-                    Marks::Cell { namespace, .. } => settings
-                        .shard_namespace
-                        .as_ref()
-                        .is_none_or(|w| w == namespace),
-                    _ => false,
-                };
+                let watched = here
+                    && match &m {
+                        Marks::Cell { namespace, .. } => settings
+                            .shard_namespace
+                            .as_ref()
+                            .is_none_or(|w| w == namespace),
+                        _ => false,
+                    };
                 let cached = |ns: &str, name: &str| {
                     ctx.store
                         .get(&ObjectRef::new(name).within(ns))

@@ -7,6 +7,7 @@ mod invariants;
 mod lapse;
 mod observe;
 mod operations;
+mod orphans;
 mod rbac;
 mod reconcile;
 mod runtime;
