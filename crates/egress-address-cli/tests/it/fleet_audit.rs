@@ -53,10 +53,11 @@ fn audit_command(ipam: &World, cells: &[&World], extra: &[&str]) -> Command {
             PLATFORM_PROJECT,
             "--location",
             LOCATION,
-            "-o",
-            "json",
-        ])
-        .args(extra);
+        ]);
+    if !extra.contains(&"-o") {
+        cmd.args(["-o", "json"]);
+    }
+    cmd.args(extra);
     cmd
 }
 
@@ -335,6 +336,30 @@ async fn a_duplicate_written_by_hand_across_cells_names_both_shards() {
             .contains("was made for cell"),
         "the copy's own record gives it away: {dup:#}"
     );
+    // As a table, each line says its cell.
+    let table = audit(&a, &[&a, &b], &["-o", "table"]).await;
+    assert_eq!(table.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["CELL", "SHARD", "ADDRESS", "HOLDER", "VERDICT", "DETAIL"],
+        "{text}"
+    );
+    let rows: BTreeSet<(&str, &str, &str)> =
+        lines[1..].iter().map(|l| (l[0], l[1], l[4])).collect();
+    let (w1, dup) = (format!("{ns}/w-1"), format!("{ns}/dup"));
+    assert_eq!(
+        rows,
+        BTreeSet::from([
+            (id_a.as_str(), w1.as_str(), "address-shared"),
+            (id_b.as_str(), dup.as_str(), "address-shared"),
+        ]),
+        "{text}"
+    );
     b.shutdown().await;
     a.shutdown().await;
 }
@@ -456,6 +481,65 @@ async fn a_claim_of_a_shard_made_after_the_shards_were_listed_is_left() {
         claim_exists(&a, claim.metadata.name.as_deref().unwrap()),
         "the live shard's claim was released"
     );
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_the_go_controller_is_released_only_when_asked() {
+    let (a, b) = two_cells().await;
+    let ns = a.shard_namespace().to_string();
+    // The Go controller's claim of a shard no cell has any more: named without a cell, annotated
+    // with the shard's namespace and name only.
+    let mut legacy = claim_for("unused", "old", "unused");
+    let name = egress_address::ipam::naming::legacy_claim_name(&ns, "old");
+    legacy.metadata.name = Some(name.clone());
+    legacy.metadata.labels = None;
+    legacy
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .retain(|k, _| k.ends_with("shard-namespace") || k.ends_with("shard-name"));
+    make_claim(&a, &legacy).await;
+    b.lp().cell().ensure_namespace(&ns);
+
+    let kept = findings(
+        &audit(&a, &[&a, &b], &["--release-orphaned-claims", "--yes"]).await,
+        1,
+    );
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert_eq!(kept[0]["verdict"], "orphaned-legacy-claim");
+    assert_eq!(kept[0]["release"]["action"], "left");
+    assert!(
+        kept[0]["release"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("--include-legacy-claims"),
+        "{:#}",
+        kept[0]
+    );
+    assert!(claim_exists(&a, &name));
+
+    // Asked, but a shard of its name lives in cell B: still held.
+    b.create_shard("old").await;
+    let asked = [
+        "--release-orphaned-claims",
+        "--yes",
+        "--include-legacy-claims",
+    ];
+    let named = findings(&audit(&a, &[&a, &b], &asked).await, 0);
+    assert_eq!(
+        with_verdict(&named, "legacy-claim").len(),
+        1,
+        "a shard of its name holds it: {named:#?}"
+    );
+    assert!(claim_exists(&a, &name));
+
+    b.delete_shard("old").await;
+    let freed = findings(&audit(&a, &[&a, &b], &asked).await, 0);
+    assert_eq!(freed[0]["release"]["action"], "released", "{freed:#?}");
+    assert!(!claim_exists(&a, &name));
     b.shutdown().await;
     a.shutdown().await;
 }
