@@ -1,37 +1,54 @@
-//! `egress-address audit`: which address went where, read from the cell and from IPAM.
+//! `egress-address audit`: which address went where, read from one cell or several cells that
+//! claim from one IPAM, and from IPAM.
 //!
-//! It lists the cell's shards and GETs each record a ref names (ipclaims or ipallocations), the
+//! It lists each cell's shards and GETs each record a ref names (ipclaims or ipallocations), the
 //! only IPAM verb the controller's grant allows, so an operator can run it with the controller's
-//! own credential. With `--orphaned-claims` it also lists the controller's claims (a verb the
-//! controller's grant does not have) and reports those whose shard is gone.
+//! own credential; the shards of all cells are judged as one fleet ([`verdict`]). With
+//! `--orphaned-claims` it also lists the claims in the platform project (a verb the controller's
+//! grant does not have) and reports those whose shard is gone, those of cells not given, and
+//! those of the Go controller ([`fleet`]). With `--release-orphaned-claims` it releases the
+//! orphans it found, each after a live read of its shard and with the claim's UID as the
+//! DELETE's precondition; a dry run unless `--yes`.
 //!
 //! Like `kubectl diff`, it exits 0 when everything is consistent, 1 when it found problems, and 2
-//! when it could not run (see [`ExitStatus`]). The verdicts themselves are pure ([`verdict`]).
+//! when it could not run (see [`ExitStatus`]).
 
+pub mod fleet;
 pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use egress_address::Metrics;
+use egress_address::ipam::Ipam;
+use egress_address::ipam::breaker::Breaker;
+use egress_address::ipam::orphans::{
+    Freed, confirm_orphan, delete_exactly, live_shard_uid, release_orphan,
+};
+use egress_api::ipam::IPClaim;
 use egress_api::shard::EgressShard;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
-    claim_name, legacy_claim_name,
 };
-use egress_address::ipam::spec::SCOPE_ROLE_LOCATION;
-use egress_api::ipam::IPClaim;
 
-use verdict::{ClaimView, Finding, Holder, Lookup, ShardView, judge, orphaned};
+use fleet::{Judged, judge_claims};
+use verdict::{ClaimMarks, Finding, Holder, Lookup, Release, ReleaseAction, ShardView, judge};
+
+/// How long one request of the audit may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AuditArgs {
-    /// Kubeconfig of the cell holding the shards (default: KUBECONFIG / in-cluster).
-    #[arg(long, env = "CELL_KUBECONFIG")]
-    pub cell_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig of a cell holding shards; give it once per cell to audit several cells that
+    /// claim from one IPAM as one fleet (default: KUBECONFIG / in-cluster).
+    #[arg(long = "cell-kubeconfig", env = "CELL_KUBECONFIG", value_name = "PATH")]
+    pub cell_kubeconfigs: Vec<PathBuf>,
     /// Kubeconfig reaching Milo (its server is Milo's base URL; the project path is added per ref).
     #[arg(long, env = "IPAM_KUBECONFIG")]
     pub ipam_kubeconfig: PathBuf,
@@ -44,58 +61,106 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
-    /// Also list the controller's claims in the platform project and report those whose shard is
-    /// gone (verdict orphaned-claim). Needs `list` on ipclaims there: an operator's IPAM
-    /// credential, not the controller's grant.
+    /// Also list the claims in the platform project and report those whose shard is gone
+    /// (orphaned-claim), those of cells not given (cell-not-audited) and those of the Go
+    /// controller. Needs `list` on ipclaims there: an operator's IPAM credential, not the
+    /// controller's grant.
     #[arg(long, requires_all = ["platform_project", "location"])]
     pub orphaned_claims: bool,
+    /// Release the orphaned claims found (implies --orphaned-claims): each after a live read
+    /// confirms no shard of its UID lives in its cell, with the claim's UID as the delete's
+    /// precondition. A dry run unless --yes.
+    #[arg(long, requires_all = ["platform_project", "location"])]
+    pub release_orphaned_claims: bool,
+    /// With --release-orphaned-claims: delete what the dry run would.
+    #[arg(long, requires = "release_orphaned_claims")]
+    pub yes: bool,
+    /// With --release-orphaned-claims: also release orphaned claims of the Go controller, which
+    /// name no cell (only safe when every cell of the location is given).
+    #[arg(long, requires = "release_orphaned_claims")]
+    pub include_legacy_claims: bool,
     /// The project the controller writes claims in (with --orphaned-claims).
     #[arg(long, env = "PLATFORM_PROJECT")]
     pub platform_project: Option<String>,
     /// The namespace of the claims in that project (with --orphaned-claims).
     #[arg(long, env = "CLAIM_NAMESPACE", default_value = "default")]
     pub claim_namespace: String,
-    /// The location this cell serves (with --orphaned-claims): claims scoped to another location
-    /// are another cell's.
+    /// The location the cells serve (with --orphaned-claims): claims scoped to another location
+    /// are not judged.
     #[arg(long, env = "LOCATION")]
     pub location: Option<String>,
-    /// This cell's identity as the controller records it on claims (with --orphaned-claims);
-    /// unset: the UID of the cell's kube-system namespace, as the controller reads it.
-    #[arg(long, env = "CELL_ID")]
-    pub cell_id: Option<String>,
+    /// A cell's identity as its controller records it on claims, once per --cell-kubeconfig and
+    /// in the same order; unset: the UID of each cell's kube-system namespace, as the controller
+    /// reads it.
+    #[arg(long = "cell-id", env = "CELL_ID", value_name = "ID")]
+    pub cell_ids: Vec<String>,
 }
 
-/// Where the controller of this cell writes its claims, and what it marks them with.
+/// Where the claims are, and which of them concern the audit.
 #[derive(Clone, Debug)]
 pub struct ClaimScope {
     pub project: String,
     pub namespace: String,
     pub location: String,
-    /// The cell identity recorded on the claims.
-    pub cell: String,
+}
+
+/// What `--release-orphaned-claims` may do.
+#[derive(Clone, Copy, Debug)]
+pub struct ReleaseMode {
+    /// `--yes`: delete; otherwise a dry run.
+    pub delete: bool,
+    /// `--include-legacy-claims`.
+    pub legacy: bool,
 }
 
 impl AuditArgs {
-    async fn claim_scope(&self, cell: &kube::Client) -> Result<Option<ClaimScope>> {
-        if !self.orphaned_claims {
-            return Ok(None);
+    fn claim_scope(&self) -> Option<ClaimScope> {
+        if !(self.orphaned_claims || self.release_orphaned_claims) {
+            return None;
         }
         let (Some(project), Some(location)) = (&self.platform_project, &self.location) else {
-            return Ok(None);
+            return None;
         };
-        let cell_id = egress_address::runtime::cell_identity(
-            self.cell_id.as_deref(),
-            cell,
-            std::time::Duration::from_secs(30),
-        )
-        .await
-        .context("reading the cell's identity (or pass --cell-id)")?;
-        Ok(Some(ClaimScope {
+        Some(ClaimScope {
             project: project.clone(),
             namespace: self.claim_namespace.clone(),
             location: location.clone(),
-            cell: cell_id,
-        }))
+        })
+    }
+
+    fn release_mode(&self) -> Option<ReleaseMode> {
+        self.release_orphaned_claims.then_some(ReleaseMode {
+            delete: self.yes,
+            legacy: self.include_legacy_claims,
+        })
+    }
+
+    /// The cells to audit: one per kubeconfig (the default one when none is given), each with
+    /// its identity if given.
+    fn cell_sources(&self) -> Result<Vec<(Option<PathBuf>, Option<String>)>> {
+        let kubeconfigs: Vec<Option<PathBuf>> = if self.cell_kubeconfigs.is_empty() {
+            vec![None]
+        } else {
+            self.cell_kubeconfigs.iter().cloned().map(Some).collect()
+        };
+        if let Some(empty) = self.cell_ids.iter().position(|id| id.trim().is_empty()) {
+            bail!(
+                "--cell-id number {} is empty; leave --cell-id out to read each cell's identity",
+                empty + 1
+            );
+        }
+        if !self.cell_ids.is_empty() && self.cell_ids.len() != kubeconfigs.len() {
+            bail!(
+                "--cell-id is given for {} of {} cells: give it once per --cell-kubeconfig, in the same order, or not at all",
+                self.cell_ids.len(),
+                kubeconfigs.len()
+            );
+        }
+        let mut ids = self.cell_ids.iter().cloned().map(Some);
+        Ok(kubeconfigs
+            .into_iter()
+            .map(|k| (k, ids.next().flatten()))
+            .collect())
     }
 }
 
@@ -109,9 +174,9 @@ pub enum Output {
 /// How an audit ended, as its exit code tells a script (the codes of `kubectl diff`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitStatus {
-    /// Every shard (and claim) consistent: 0.
+    /// Every shard (and claim) consistent, or an orphan released: 0.
     Consistent = 0,
-    /// At least one inconsistent verdict: 1.
+    /// At least one inconsistent verdict left: 1.
     Inconsistent = 1,
     /// The audit could not run (unreadable kubeconfig, unreachable server, bad flags): 2.
     Failed = 2,
@@ -135,27 +200,65 @@ pub async fn main(args: &AuditArgs) -> ExitStatus {
     }
 }
 
-/// Runs the audit and prints it; returns whether everything was consistent.
+/// One audited cell: how it was reached, its client, and its identity.
+pub struct AuditedCell {
+    /// The kubeconfig it was reached with, for messages.
+    pub source: String,
+    pub client: kube::Client,
+    pub id: String,
+}
+
+/// Connects to every cell and reads its identity; two kubeconfigs of one cell are refused.
+pub async fn connect(sources: Vec<(Option<PathBuf>, Option<String>)>) -> Result<Vec<AuditedCell>> {
+    let mut cells: Vec<AuditedCell> = vec![];
+    for (kubeconfig, id) in sources {
+        let source = kubeconfig.as_deref().map_or_else(
+            || "the default kubeconfig".to_string(),
+            |p| p.display().to_string(),
+        );
+        let client = cell_client(kubeconfig.as_deref()).await?;
+        let id = egress_address::runtime::cell_identity(id.as_deref(), &client, REQUEST_TIMEOUT)
+            .await
+            .with_context(|| {
+                format!("reading the identity of the cell of {source} (or pass --cell-id)")
+            })?;
+        if let Some(twin) = cells.iter().find(|c| c.id == id) {
+            bail!(
+                "{source} and {} reach one cell (identity {id}): give each cell once",
+                twin.source
+            );
+        }
+        cells.push(AuditedCell { source, client, id });
+    }
+    Ok(cells)
+}
+
+/// Runs the audit and prints it; returns whether everything left was consistent.
 pub async fn run(args: &AuditArgs) -> Result<bool> {
-    let cell = cell_client(args.cell_kubeconfig.as_deref()).await?;
-    let scope = args.claim_scope(&cell).await?;
+    let cells = connect(args.cell_sources()?).await?;
+    let scope = args.claim_scope();
+    let release = args.release_mode();
     let findings = audit(
-        &cell,
+        &cells,
         &args.ipam_kubeconfig,
         args.namespace.as_deref(),
         scope.as_ref(),
+        release,
     )
     .await?;
     let mut out = std::io::stdout().lock();
     match args.output {
-        Output::Table => print_table(&mut out, &findings)?,
+        Output::Table => print_table(&mut out, &findings, cells.len() > 1)?,
         Output::Json => {
             serde_json::to_writer_pretty(&mut out, &findings)?;
             writeln!(out)?;
         }
         Output::Yaml => out.write_all(serde_saphyr::to_string(&findings)?.as_bytes())?,
     }
-    Ok(findings.iter().all(|f| !f.verdict.is_inconsistent()))
+    if let Some(mode) = release {
+        eprintln!("{}", release_summary(&findings, mode));
+    }
+    Ok(findings.iter().all(|f| !f.fails()))
 }
 
 pub async fn cell_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
@@ -164,23 +267,27 @@ pub async fn cell_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
         .context("building the cell client")
 }
 
-/// Reads the shards and their holders and judges them; with `claims`, also the controller's
-/// claims whose shard is gone.
+/// Reads the shards of every cell and their holders and judges them as one fleet; with `claims`,
+/// also the claims listed in that scope; with `release`, releases the orphans among them.
 pub async fn audit(
-    cell: &kube::Client,
+    cells: &[AuditedCell],
     ipam_kubeconfig: &Path,
     namespace: Option<&str>,
     claims: Option<&ClaimScope>,
+    release: Option<ReleaseMode>,
 ) -> Result<Vec<Finding>> {
-    let api: Api<EgressShard> = match namespace {
-        Some(ns) => Api::namespaced(cell.clone(), ns),
-        None => Api::all(cell.clone()),
-    };
-    let shards = api
-        .list(&ListParams::default())
-        .await
-        .context("listing EgressShards in the cell")?;
-    let views: Vec<ShardView> = shards.items.iter().map(view).collect();
+    let mut views: Vec<ShardView> = vec![];
+    for cell in cells {
+        let api: Api<EgressShard> = match namespace {
+            Some(ns) => Api::namespaced(cell.client.clone(), ns),
+            None => Api::all(cell.client.clone()),
+        };
+        let shards = api
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing EgressShards in the cell of {}", cell.source))?;
+        views.extend(shards.items.iter().map(|s| view(&cell.id, s)));
+    }
 
     let mut clients: BTreeMap<String, kube::Client> = BTreeMap::new();
     let mut lookups: BTreeMap<Holder, Lookup> = BTreeMap::new();
@@ -197,14 +304,28 @@ pub async fn audit(
             "IPAllocation" => {
                 egress_address::ipam::get_allocation(client, &holder.namespace, &holder.name)
                     .await
-                    .map(|a| a.status.map(|s| s.allocated_cidr).unwrap_or_default())
+                    .map(|a| {
+                        (
+                            a.status.map(|s| s.allocated_cidr).unwrap_or_default(),
+                            ClaimMarks::default(),
+                        )
+                    })
             }
             _ => egress_address::ipam::get_claim(client, &holder.namespace, &holder.name)
                 .await
-                .map(|c| c.status.map(|s| s.allocated_cidr).unwrap_or_default()),
+                .map(|c| {
+                    let marks = claim_marks(&c);
+                    (
+                        c.status.map(|s| s.allocated_cidr).unwrap_or_default(),
+                        marks,
+                    )
+                }),
         };
         let lookup = match answer {
-            Ok(allocated_cidr) => Lookup::Found { allocated_cidr },
+            Ok((allocated_cidr, marks)) => Lookup::Found {
+                allocated_cidr,
+                marks,
+            },
             Err(kube::Error::Api(s)) if s.code == 404 => Lookup::Missing,
             Err(e) => Lookup::Failed(e.to_string()),
         };
@@ -212,10 +333,181 @@ pub async fn audit(
     }
     let mut findings = judge(&views, &lookups);
     if let Some(scope) = claims {
-        let listed = list_claims(ipam_kubeconfig, scope).await?;
-        findings.extend(orphaned(&listed, &views, namespace));
+        let client = ipam_client(ipam_kubeconfig, &scope.project).await?;
+        let listed = list_claims(&client, scope).await?;
+        let ids: Vec<String> = cells.iter().map(|c| c.id.clone()).collect();
+        let mut judged = judge_claims(
+            &listed,
+            &ids,
+            &views,
+            &fleet::Scope {
+                project: &scope.project,
+                namespace: &scope.namespace,
+                location: &scope.location,
+                shard_namespace: namespace,
+            },
+        );
+        if let Some(mode) = release {
+            let ipam = Ipam::new(
+                client,
+                Metrics::unregistered(),
+                REQUEST_TIMEOUT,
+                // An operator's run reports each failure; nothing is gained by refusing the rest.
+                Breaker::new(u32::MAX, Duration::from_secs(1)),
+            );
+            release_orphans(&mut judged, &listed, cells, &ipam, mode).await;
+        }
+        findings.extend(judged.into_iter().map(|j| j.finding));
     }
     Ok(findings)
+}
+
+/// Releases (or, in a dry run, confirms) each orphan in `judged`, recording what was done.
+async fn release_orphans(
+    judged: &mut [Judged],
+    claims: &[IPClaim],
+    cells: &[AuditedCell],
+    ipam: &Ipam,
+    mode: ReleaseMode,
+) {
+    for j in judged.iter_mut() {
+        let Some(orphan) = &j.orphan else { continue };
+        let claim = &claims[orphan.claim];
+        let outcome = if let Some(why) = &orphan.blocked {
+            left(why.clone())
+        } else if orphan.legacy && !mode.legacy {
+            left("a claim of the Go controller: released only with --include-legacy-claims".into())
+        } else if orphan.legacy {
+            release_legacy(claim, cells, ipam, mode).await
+        } else {
+            match cells.iter().find(|c| c.id == j.finding.cell) {
+                Some(cell) => release_marked(claim, cell, ipam, mode).await,
+                None => left(format!("cell {} was not given", j.finding.cell)),
+            }
+        };
+        j.finding.release = Some(outcome);
+    }
+}
+
+fn left(reason: String) -> Release {
+    Release {
+        action: ReleaseAction::Left,
+        reason,
+    }
+}
+
+fn released(freed: Freed, claim: &IPClaim) -> Release {
+    match freed {
+        Freed::Released => Release {
+            action: ReleaseAction::Released,
+            reason: format!(
+                "deleted (precondition: uid {}); IPAM frees its address",
+                claim.uid().unwrap_or_default()
+            ),
+        },
+        Freed::Held => left(
+            "the shard incarnation it was made for lives (made after the claims were listed)"
+                .into(),
+        ),
+        Freed::AlreadyGone => left("already gone (released by someone else meanwhile)".into()),
+        Freed::Replaced => left(
+            "the claim of that name is another object now (made after the claims were listed); it is kept"
+                .into(),
+        ),
+    }
+}
+
+fn would_release() -> Release {
+    Release {
+        action: ReleaseAction::WouldRelease,
+        reason: "still orphaned when its shard was read just now; nothing was deleted (--yes releases it)".into(),
+    }
+}
+
+/// A claim of an audited cell: its shard read live in that cell, then the conditional delete.
+async fn release_marked(
+    claim: &IPClaim,
+    cell: &AuditedCell,
+    ipam: &Ipam,
+    mode: ReleaseMode,
+) -> Release {
+    let read = |ns: String, name: String| async move {
+        live_shard_uid(&cell.client, &ns, &name, REQUEST_TIMEOUT).await
+    };
+    if !mode.delete {
+        return match confirm_orphan(claim, &cell.id, read).await {
+            Ok(true) => would_release(),
+            Ok(false) => released(Freed::Held, claim),
+            Err(e) => left(e.to_string()),
+        };
+    }
+    match release_orphan(ipam, claim, &cell.id, read, || true).await {
+        Ok(freed) => released(freed, claim),
+        Err(e) => left(e.to_string()),
+    }
+}
+
+/// A claim of the Go controller: no shard of its namespace/name may live in any audited cell,
+/// read live, then the conditional delete.
+async fn release_legacy(
+    claim: &IPClaim,
+    cells: &[AuditedCell],
+    ipam: &Ipam,
+    mode: ReleaseMode,
+) -> Release {
+    let annotations = claim.annotations();
+    let (Some(namespace), Some(name)) = (
+        annotations.get(ANNOTATION_SHARD_NAMESPACE),
+        annotations.get(ANNOTATION_SHARD_NAME),
+    ) else {
+        return left("it names no shard".into());
+    };
+    for cell in cells {
+        match live_shard_uid(&cell.client, namespace, name, REQUEST_TIMEOUT).await {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return left(format!(
+                    "a shard {namespace}/{name} lives in cell {} (read just now)",
+                    cell.id
+                ));
+            }
+            Err(e) => {
+                return left(format!(
+                    "reading egress shard {namespace}/{name} in cell {} live (nothing was released): {e}",
+                    cell.id
+                ));
+            }
+        }
+    }
+    if !mode.delete {
+        return would_release();
+    }
+    match delete_exactly(ipam, claim).await {
+        Ok(freed) => released(freed, claim),
+        Err(e) => left(e.to_string()),
+    }
+}
+
+/// What a release run did, in one line.
+fn release_summary(findings: &[Finding], mode: ReleaseMode) -> String {
+    let count = |action: ReleaseAction| {
+        findings
+            .iter()
+            .filter(|f| f.release.as_ref().is_some_and(|r| r.action == action))
+            .count()
+    };
+    let left = count(ReleaseAction::Left);
+    if mode.delete {
+        format!(
+            "released {} orphaned claim(s), left {left}",
+            count(ReleaseAction::Released)
+        )
+    } else {
+        format!(
+            "dry run: {} orphaned claim(s) would be released, {left} left; nothing was deleted (--yes releases them)",
+            count(ReleaseAction::WouldRelease)
+        )
+    }
 }
 
 /// A client for one project's control plane, from the kubeconfig naming Milo's base URL.
@@ -225,12 +517,10 @@ async fn ipam_client(kubeconfig: &Path, project: &str) -> Result<kube::Client> {
         .with_context(|| format!("building the IPAM client from {}", kubeconfig.display()))
 }
 
-/// The claims the controller made in `scope`: named as it names them, annotated with their shard,
-/// and scoped to this cell's location.
-async fn list_claims(ipam_kubeconfig: &Path, scope: &ClaimScope) -> Result<Vec<ClaimView>> {
-    let client = ipam_client(ipam_kubeconfig, &scope.project).await?;
-    let api: Api<IPClaim> = Api::namespaced(client, &scope.namespace);
-    let mut views = vec![];
+/// Every claim in the scope's namespace, read page by page.
+async fn list_claims(client: &kube::Client, scope: &ClaimScope) -> Result<Vec<IPClaim>> {
+    let api: Api<IPClaim> = Api::namespaced(client.clone(), &scope.namespace);
+    let mut claims = vec![];
     let mut params = ListParams::default().limit(500);
     loop {
         let page = api.list(&params).await.with_context(|| {
@@ -239,52 +529,29 @@ async fn list_claims(ipam_kubeconfig: &Path, scope: &ClaimScope) -> Result<Vec<C
                 scope.project, scope.namespace
             )
         })?;
-        views.extend(page.items.iter().filter_map(|c| claim_view(c, scope)));
+        claims.extend(page.items);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => break,
         }
     }
-    Ok(views)
+    Ok(claims)
 }
 
-/// A claim this cell's controller made: marked with this cell and named for it, or (made before
-/// claims were marked) unmarked and named the old way.
-fn claim_view(claim: &IPClaim, scope: &ClaimScope) -> Option<ClaimView> {
-    let annotations = claim.metadata.annotations.as_ref()?;
-    let shard_namespace = annotations.get(ANNOTATION_SHARD_NAMESPACE)?;
-    let shard_name = annotations.get(ANNOTATION_SHARD_NAME)?;
-    let shard_uid = annotations.get(ANNOTATION_SHARD_UID).cloned();
-    let name = claim.metadata.name.clone()?;
-    let location = claim
-        .spec
-        .scope
-        .get(SCOPE_ROLE_LOCATION)
-        .map(|s| s.name.as_str());
-    let ours = match (annotations.get(ANNOTATION_CELL), &shard_uid) {
-        (Some(cell), Some(_)) => {
-            *cell == scope.cell && name == claim_name(cell, shard_namespace, shard_name)
-        }
-        (None, None) => name == legacy_claim_name(shard_namespace, shard_name),
-        _ => false,
-    };
-    (ours && location == Some(scope.location.as_str())).then(|| ClaimView {
-        project: scope.project.clone(),
-        namespace: scope.namespace.clone(),
-        name,
-        shard_namespace: shard_namespace.clone(),
-        shard_name: shard_name.clone(),
-        shard_uid: shard_uid.clone(),
-        allocated_cidr: claim
-            .status
-            .as_ref()
-            .map(|s| s.allocated_cidr.clone())
-            .unwrap_or_default(),
-    })
+/// Whom a claim says it was made for.
+fn claim_marks(claim: &IPClaim) -> ClaimMarks {
+    let get = |key: &str| claim.annotations().get(key).cloned();
+    ClaimMarks {
+        cell: get(ANNOTATION_CELL),
+        namespace: get(ANNOTATION_SHARD_NAMESPACE),
+        name: get(ANNOTATION_SHARD_NAME),
+        uid: get(ANNOTATION_SHARD_UID),
+    }
 }
 
-fn view(shard: &EgressShard) -> ShardView {
+fn view(cell: &str, shard: &EgressShard) -> ShardView {
     ShardView {
+        cell: cell.to_string(),
         namespace: shard.metadata.namespace.clone().unwrap_or_default(),
         name: shard.metadata.name.clone().unwrap_or_default(),
         uid: shard.metadata.uid.clone().unwrap_or_default(),
@@ -303,10 +570,17 @@ fn view(shard: &EgressShard) -> ShardView {
     }
 }
 
-fn print_table(out: &mut impl Write, findings: &[Finding]) -> std::io::Result<()> {
+fn print_table(out: &mut impl Write, findings: &[Finding], cells: bool) -> std::io::Result<()> {
     let rows: Vec<[String; 5]> = findings
         .iter()
         .map(|f| {
+            let mut detail = f.detail.clone();
+            if let Some(r) = &f.release {
+                detail = match r.action {
+                    ReleaseAction::Left => format!("left: {}; {detail}", r.reason),
+                    action => format!("{}; {detail}", action.as_str()),
+                };
+            }
             [
                 format!("{}/{}", f.namespace, f.name),
                 if f.address.is_empty() {
@@ -319,13 +593,26 @@ fn print_table(out: &mut impl Write, findings: &[Finding]) -> std::io::Result<()
                     .map(|h| format!("{}/{}", h.kind, h.name))
                     .unwrap_or_else(|| "-".into()),
                 f.verdict.as_str().to_string(),
-                f.detail.clone(),
+                detail,
             ]
         })
         .collect();
-    crate::table::write(
-        out,
-        &["SHARD", "ADDRESS", "HOLDER", "VERDICT", "DETAIL"],
-        &rows,
-    )
+    const HEADER: [&str; 5] = ["SHARD", "ADDRESS", "HOLDER", "VERDICT", "DETAIL"];
+    if !cells {
+        return crate::table::write(out, &HEADER, &rows);
+    }
+    let with_cell: Vec<[String; 6]> = findings
+        .iter()
+        .zip(rows)
+        .map(|(f, [a, b, c, d, e])| {
+            let cell = if f.cell.is_empty() {
+                "-".to_string()
+            } else {
+                f.cell.clone()
+            };
+            [cell, a, b, c, d, e]
+        })
+        .collect();
+    let [a, b, c, d, e] = HEADER;
+    crate::table::write(out, &["CELL", a, b, c, d, e], &with_cell)
 }

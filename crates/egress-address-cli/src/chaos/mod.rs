@@ -91,6 +91,10 @@ pub struct ChaosArgs {
     /// Milliseconds between two samples of the invariants during the run.
     #[arg(long, default_value_t = 500, env = "CHAOS_CHECK_INTERVAL_MS")]
     pub check_interval_ms: u64,
+    /// Run every controller with its orphan sweep at this interval
+    /// (`--release-orphaned-claims-every`); unset, the sweep is off.
+    #[arg(long, env = "CHAOS_RELEASE_ORPHANED_CLAIMS_EVERY")]
+    pub release_orphaned_claims_every: Option<String>,
     /// The egress-address-controller binary (default: next to this executable).
     #[arg(long, env = "CHAOS_CONTROLLER_BIN")]
     pub controller_bin: Option<PathBuf>,
@@ -179,7 +183,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         .lp()
         .project(PLATFORM_PROJECT)
         .expect("the first world serves the platform project");
-    let spec = ControllerSpec {
+    let mut spec = ControllerSpec {
         concurrency: args.concurrency,
         // Short lease and backoff: a takeover and a retry must fit in a bounded run.
         extra_args: vec![
@@ -193,6 +197,10 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         ],
         ..ControllerSpec::new(&first, bin, "chaos-a")
     };
+    if let Some(every) = &args.release_orphaned_claims_every {
+        spec.extra_args
+            .push(format!("--release-orphaned-claims-every={every}"));
+    }
     let mut cells = vec![Cell::new(
         "a",
         first,
@@ -518,6 +526,7 @@ pub fn ci_options(seed: u64) -> ChaosArgs {
         recreate_share: 0.4,
         delete_share: 0.25,
         check_interval_ms: 400,
+        release_orphaned_claims_every: None,
         controller_bin: None,
         keep_logs: false,
     }

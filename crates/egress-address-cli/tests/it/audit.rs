@@ -361,11 +361,33 @@ async fn audit_exits_0_consistent_1_inconsistent_2_unable_to_run() {
     )
     .unwrap();
     let missing = dir.join("no-such.kubeconfig");
-    let cases: [(&str, Vec<String>, &str); 5] = [
+    let cases: [(&str, Vec<String>, &str); 7] = [
         (
             "a bad output format",
             vec!["-o".into(), "xml".into()],
             "xml",
+        ),
+        (
+            "--cell-id for some cells only",
+            vec![
+                "--cell-kubeconfig".into(),
+                world.cell_kubeconfig().display().to_string(),
+                "--cell-kubeconfig".into(),
+                world.cell_kubeconfig().display().to_string(),
+                "--cell-id".into(),
+                "a".into(),
+            ],
+            "--cell-id is given for 1 of 2 cells",
+        ),
+        (
+            "one cell given twice",
+            vec![
+                "--cell-kubeconfig".into(),
+                world.cell_kubeconfig().display().to_string(),
+                "--cell-kubeconfig".into(),
+                world.kubeconfig("cell", "admin").display().to_string(),
+            ],
+            "reach one cell",
         ),
         (
             "-n with -A",
@@ -383,9 +405,9 @@ async fn audit_exits_0_consistent_1_inconsistent_2_unable_to_run() {
             "malformed.kubeconfig",
         ),
         (
-            "an unreachable cell",
+            "an unreachable cell (its identity is the first thing read)",
             vec!["--cell-kubeconfig".into(), nowhere.display().to_string()],
-            "listing EgressShards",
+            "reading the identity of the cell of",
         ),
     ];
     for (what, args, says) in cases {

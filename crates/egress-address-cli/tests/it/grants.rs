@@ -1,7 +1,8 @@
 //! The grants in `config/` are exactly enough: the controller, run against localplane with RBAC
 //! enforced using only the roles the cell kustomization builds and the Milo grant, addresses,
 //! adopts and releases shards without a single 403; and with any one verb removed from any rule,
-//! the controller is refused that verb (so every verb is needed).
+//! the controller is refused that verb (so every verb is needed). The same for the opt-in orphan
+//! sweep and its grant overlay.
 
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,14 @@ impl Grants {
         }
     }
 
+    /// With the orphan sweep's overlay applied to Milo beside the minimal grant.
+    fn with_orphan_sweep(mut self) -> Grants {
+        self.milo.extend(common::documents(
+            "config/egress-address/milo-grant-orphan-sweep.yaml",
+        ));
+        self
+    }
+
     fn verbs(&self) -> Vec<Verb> {
         let mut out = vec![];
         for (milo, docs) in [(false, &self.cell), (true, &self.milo)] {
@@ -57,6 +66,13 @@ impl Grants {
             }
         }
         out
+    }
+
+    fn clone_grants(&self) -> Grants {
+        Grants {
+            cell: self.cell.clone(),
+            milo: self.milo.clone(),
+        }
     }
 
     fn without(&self, (milo, d, r, verb): &Verb) -> Grants {
@@ -85,6 +101,8 @@ impl Grants {
 }
 
 struct Outcome {
+    /// With the sweep on: whether the claim of a shard deleted unseen was released.
+    orphan_released: Option<bool>,
     addressed: bool,
     adopted: bool,
     released: bool,
@@ -95,7 +113,12 @@ struct Outcome {
 
 impl Outcome {
     fn complete(&self) -> bool {
-        self.addressed && self.adopted && self.released && self.events_patched && self.lease_renewed
+        self.addressed
+            && self.adopted
+            && self.released
+            && self.events_patched
+            && self.lease_renewed
+            && self.orphan_released != Some(false)
     }
 }
 
@@ -112,8 +135,14 @@ fn ipam_claim(name: &str, shard: &str, reclaim: &str) -> Value {
 }
 
 /// Runs the controller with `grants` until the scenario completes or `stop` says so.
-/// `stop` looks at the refusals seen so far (one snapshot, the same the outcome reports).
-async fn scenario(grants: &Grants, stop: impl Fn(&[(String, String, String)]) -> bool) -> Outcome {
+/// `stop` looks at the refusals seen so far (one snapshot, the same the outcome reports). With
+/// `sweep`, the controller also runs the orphan sweep, and IPAM holds a claim of a shard this
+/// cell deleted while no controller ran.
+async fn scenario(
+    grants: &Grants,
+    sweep: bool,
+    stop: impl Fn(&[(String, String, String)]) -> bool,
+) -> Outcome {
     let mut world = fleet::world()
         .namespace(CONTROLLER_NS)
         .identity(Identity::user("cell-sa", "sa-token", SA_USER))
@@ -146,6 +175,22 @@ async fn scenario(grants: &Grants, stop: impl Fn(&[(String, String, String)]) ->
     foreign["metadata"]["annotations"]["cloud.datumapis.com/egress-shard-namespace"] =
         json!("elsewhere");
     platform.apply_object(foreign).unwrap();
+    let orphan = claim_name("s-orphan");
+    if sweep {
+        let claim =
+            egress_address::ipam::spec::desired_claim(&egress_address::ipam::spec::ClaimRequest {
+                class_name: "datum-egress-shard-address-ipv6",
+                claim_namespace: CLAIM_NS,
+                location: "dfw",
+                cell: &cell_id,
+                shard_namespace: SHARD_NS,
+                shard_name: "s-orphan",
+                shard_uid: "uid-of-a-shard-deleted-unseen",
+            });
+        platform
+            .apply_object(serde_json::to_value(claim).unwrap())
+            .unwrap();
+    }
     for name in ["s-new", "s-gone", "s-adopt", "s-collide"] {
         running
             .cell()
@@ -168,6 +213,9 @@ async fn scenario(grants: &Grants, stop: impl Fn(&[(String, String, String)]) ->
     settings.event_repeat_interval = Duration::from_millis(100);
     settings.backoff.base = Duration::from_millis(100);
     settings.backoff.cap = Duration::from_secs(1);
+    if sweep {
+        settings.release_orphaned_claims_every = Duration::from_millis(300);
+    }
     let mut registry = prometheus_client::registry::Registry::default();
     let controller = Controller::new(
         settings,
@@ -231,7 +279,15 @@ async fn scenario(grants: &Grants, stop: impl Fn(&[(String, String, String)]) ->
             .filter(|c| c.key.code == 403)
             .map(|c| (c.key.plane, c.key.verb, c.key.resource))
             .collect();
+        let orphan_released = sweep.then(|| {
+            running
+                .project(PROJECT)
+                .unwrap()
+                .object(&claims_key(), Some(CLAIM_NS), &orphan)
+                .is_none()
+        });
         let o = Outcome {
+            orphan_released,
             addressed,
             adopted,
             released,
@@ -268,7 +324,7 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
         "ClusterRole, ClusterRoleBinding, Role, RoleBinding"
     );
 
-    let full = scenario(&grants, |_| false).await;
+    let full = scenario(&grants, false, |_| false).await;
     assert!(
         full.forbidden.is_empty(),
         "the controller needed a verb its grants lack: {:?}",
@@ -303,7 +359,7 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
                 .iter()
                 .any(|(_, v, r)| *v == verb.3 && *r == resource)
         };
-        let o = scenario(&reduced, refused).await;
+        let o = scenario(&reduced, false, refused).await;
         assert!(
             o.forbidden
                 .iter()
@@ -315,4 +371,52 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
             o.complete()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_needs_its_overlay_and_nothing_more() {
+    let kubectl = common::kubectl();
+    let _turn = one_fleet_at_a_time().await;
+    let minimal = Grants::load(&kubectl);
+    let grants = minimal.clone_grants().with_orphan_sweep();
+    let full = scenario(&grants, true, |_| false).await;
+    assert!(
+        full.forbidden.is_empty(),
+        "the sweep needed a verb the minimal grant and its overlay lack: {:?}",
+        full.forbidden
+    );
+    assert_eq!(
+        full.orphan_released,
+        Some(true),
+        "the claim of a shard deleted unseen was released"
+    );
+    assert!(full.complete(), "everything else works beside the sweep");
+
+    // The overlay's one verb is needed: without it (the minimal grant alone) the sweep is refused
+    // its list, and the orphan stays.
+    let list_ipclaims = |forbidden: &[(String, String, String)]| {
+        forbidden
+            .iter()
+            .any(|(_, v, r)| v == "list" && r == "ipclaims.ipam.miloapis.com")
+    };
+    let without = scenario(&minimal, true, list_ipclaims).await;
+    assert!(
+        list_ipclaims(&without.forbidden),
+        "with the minimal grant alone the sweep was never refused its list: {:?}",
+        without.forbidden
+    );
+    assert_eq!(without.orphan_released, Some(false));
+    let overlay_verbs: Vec<Verb> = grants
+        .verbs()
+        .into_iter()
+        .filter(|v| !minimal.verbs().contains(v))
+        .collect();
+    assert_eq!(
+        overlay_verbs
+            .iter()
+            .map(|v| (v.3.as_str(), grants.resource(v)))
+            .collect::<Vec<_>>(),
+        [("list", "ipclaims.ipam.miloapis.com".to_string())],
+        "the overlay grants list on ipclaims and nothing else"
+    );
 }

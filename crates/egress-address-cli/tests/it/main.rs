@@ -12,6 +12,7 @@ mod chaos;
 mod common;
 mod completions;
 mod demo;
+mod fleet_audit;
 mod grants;
 mod install;
 mod manifests;

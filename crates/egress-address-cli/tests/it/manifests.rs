@@ -282,12 +282,32 @@ fn the_milo_grant_is_in_no_kustomization_and_allows_only_what_is_called() {
     let kubectl = common::kubectl();
     for dir in KUSTOMIZATIONS {
         for d in common::kustomize(&kubectl, dir) {
-            assert_ne!(
-                d["metadata"]["name"], "egress-address-ipam",
-                "{dir} must not carry the Milo grant"
-            );
+            for grant in ["egress-address-ipam", "egress-address-ipam-orphan-sweep"] {
+                assert_ne!(
+                    d["metadata"]["name"], grant,
+                    "{dir} must not carry the Milo grant {grant}"
+                );
+            }
         }
     }
+    let overlay = common::documents("config/egress-address/milo-grant-orphan-sweep.yaml");
+    validate_all(&overlay);
+    let sweep: ClusterRole = typed(&overlay[0]);
+    let only = &sweep.rules.unwrap()[..];
+    assert_eq!(only.len(), 1, "{only:?}");
+    assert_eq!(
+        (
+            only[0].api_groups.clone().unwrap(),
+            only[0].resources.clone().unwrap(),
+            only[0].verbs.clone()
+        ),
+        (
+            vec!["ipam.miloapis.com".to_string()],
+            vec!["ipclaims".to_string()],
+            vec!["list".to_string()]
+        ),
+        "the orphan sweep's overlay adds list on ipclaims and nothing else"
+    );
     let docs = common::documents("config/egress-address/milo-grant.yaml");
     validate_all(&docs);
     let role: ClusterRole = typed(&docs[0]);

@@ -166,6 +166,11 @@ pub struct TuningArgs {
     /// leader sweeps the cache once per interval; 0 turns the sweep off.
     #[arg(long, env = "EGRESS_ADDRESS_UNADDRESSED_SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub unaddressed_sweep_interval: Duration,
+    /// Once per interval the leader lists this cell's claims and releases each whose shard is gone
+    /// (deleted while no controller ran); 0 turns it off. Needs `list` on ipclaims, which only
+    /// the grant overlay `milo-grant-orphan-sweep.yaml` gives.
+    #[arg(long, env = "EGRESS_ADDRESS_RELEASE_ORPHANED_CLAIMS_EVERY", default_value = "0", value_parser = parse_duration)]
+    pub release_orphaned_claims_every: Duration,
     /// The same event on the same shard is repeated no sooner than this.
     #[arg(long, env = "EGRESS_ADDRESS_EVENT_REPEAT_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     pub event_repeat_interval: Duration,
@@ -345,6 +350,7 @@ impl Args {
         s.recheck_interval = self.tuning.recheck_interval;
         s.drift_check_interval = self.tuning.drift_check_interval;
         s.unaddressed_sweep_interval = self.tuning.unaddressed_sweep_interval;
+        s.release_orphaned_claims_every = self.tuning.release_orphaned_claims_every;
         s.event_repeat_interval = self.tuning.event_repeat_interval;
         s.shutdown_grace = self.tuning.shutdown_grace;
         s.request_timeout = self.tuning.request_timeout;
@@ -466,6 +472,19 @@ mod tests {
         assert_eq!(s.recheck_interval, Duration::from_secs(30));
         assert!(s.drift_check_interval.is_zero());
         assert_eq!(s.unaddressed_sweep_interval, Duration::from_secs(15));
+        assert!(
+            s.release_orphaned_claims_every.is_zero(),
+            "the orphan sweep is off unless asked for"
+        );
+        let mut sweeping = ALL.to_vec();
+        sweeping.push("--release-orphaned-claims-every=10m");
+        assert_eq!(
+            parse(&sweeping)
+                .settings()
+                .unwrap()
+                .release_orphaned_claims_every,
+            Duration::from_secs(600)
+        );
         let le = s.leader_election.unwrap();
         assert_eq!(le.lease_duration, Duration::from_secs(3));
         assert_eq!(le.retry_period, Duration::from_millis(500));

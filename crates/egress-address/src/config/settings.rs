@@ -79,6 +79,10 @@ pub struct Settings {
     /// no work, once per interval: the longest a dropped trigger can delay a shard. Zero turns
     /// the sweep off.
     pub unaddressed_sweep_interval: Duration,
+    /// The leader lists this cell's claims once per interval and releases those whose shard is
+    /// gone for good (deleted while no controller ran). Zero, the default, turns it off: it
+    /// needs `list` on ipclaims, which the minimal grant leaves out.
+    pub release_orphaned_claims_every: Duration,
     /// The same event for the same shard is repeated no sooner than this.
     pub event_repeat_interval: Duration,
     /// `None` runs without election: this instance always writes.
@@ -120,6 +124,7 @@ impl Settings {
             recheck_interval: Duration::from_secs(60),
             drift_check_interval: Duration::from_secs(3600),
             unaddressed_sweep_interval: Duration::from_secs(60),
+            release_orphaned_claims_every: Duration::ZERO,
             event_repeat_interval: Duration::from_secs(3600),
             leader_election: Some(LeaderElection::new("default")),
             identity: default_identity(),

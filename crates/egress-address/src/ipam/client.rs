@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use egress_api::ipam::{IPAllocation, IPClaim, project_control_plane_path};
 use http::Uri;
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, ObjectList, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
@@ -260,6 +260,17 @@ impl Ipam {
             200,
         )
         .await
+    }
+
+    /// One page of the claims in `namespace` that `params` select (only the orphan sweep lists,
+    /// and only under the grant overlay that allows it).
+    pub async fn list_claims(
+        &self,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<ObjectList<IPClaim>, kube::Error> {
+        let api = Api::<IPClaim>::namespaced(self.client.clone(), namespace);
+        self.timed("list", "ipclaims", api.list(params), 200).await
     }
 
     pub async fn get_allocation(

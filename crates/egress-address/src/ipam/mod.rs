@@ -1,5 +1,6 @@
 //! Milo IPAM, as this controller uses it: the client ([`client`]), the claim it asks for
-//! ([`spec`]) and how it is named and owned ([`naming`]), the claim path ([`claim`]), what holds
+//! ([`spec`]) and how it is named and owned ([`naming`]), the claim path ([`claim`]), claims whose
+//! shard is gone for good and their release ([`orphans`]), what holds
 //! an address ([`holding`]), which answers are usable addresses ([`address`]), what a refusal
 //! means ([`reasons`]), and how an outage is kept from becoming a retry storm ([`breaker`]).
 
@@ -9,6 +10,7 @@ pub mod claim;
 pub mod client;
 pub mod holding;
 pub mod naming;
+pub mod orphans;
 pub mod reasons;
 pub mod spec;
 

@@ -20,6 +20,10 @@ pub const ANNOTATION_SHARD_NAME: &str = "cloud.datumapis.com/egress-shard-name";
 pub const ANNOTATION_SHARD_UID: &str = "cloud.datumapis.com/egress-shard-uid";
 /// Claim annotation naming the cell the shard lives in.
 pub const ANNOTATION_CELL: &str = "cloud.datumapis.com/egress-cell";
+/// Claim label carrying the cell's tag (the one in the claim's name), so that IPAM can list one
+/// cell's claims itself: a label value holds at most 63 characters, and a cell identity may be
+/// any operator's name, so the label carries the tag rather than the identity.
+pub const LABEL_CELL_TAG: &str = "cloud.datumapis.com/egress-cell-tag";
 /// The longest object name the API accepts.
 pub const MAX_CLAIM_NAME_LENGTH: usize = 253;
 /// Hex characters of the sha256 kept in a shortened name.
@@ -35,11 +39,23 @@ const CELL_HEX_CHARS: usize = 10;
 /// the name keeps its first 236 characters and ends in `.` plus 16 hex characters of
 /// sha256(`cell/namespace/name`), so two long names sharing a prefix still differ.
 pub fn claim_name(cell: &str, shard_namespace: &str, shard_name: &str) -> String {
-    let tag = &hex::encode(Sha256::digest(cell.as_bytes()))[..CELL_HEX_CHARS];
     shorten(
-        format!("{CLAIM_NAME_PREFIX}.{tag}.{shard_namespace}.{shard_name}"),
+        format!("{}{shard_namespace}.{shard_name}", cell_claim_prefix(cell)),
         &format!("{cell}/{shard_namespace}/{shard_name}"),
     )
+}
+
+/// The cell's tag: 10 hex characters of sha256(cell identity), as claim names and the
+/// [`LABEL_CELL_TAG`] label carry it.
+pub fn cell_tag(cell: &str) -> String {
+    hex::encode(Sha256::digest(cell.as_bytes()))[..CELL_HEX_CHARS].to_string()
+}
+
+/// What every claim name of the cell begins with, shortened or not
+/// (`egress-shard-ipv6.<cell tag>.`): how a full list finds the cell's claims made before they
+/// carried the label.
+pub fn cell_claim_prefix(cell: &str) -> String {
+    format!("{CLAIM_NAME_PREFIX}.{}.", cell_tag(cell))
 }
 
 /// The name the Go controller (and this one before claims named their cell) derived:
@@ -149,6 +165,19 @@ mod tests {
             legacy_claim_name("galactic-system", "worker-1"),
             "egress-shard-ipv6.galactic-system.worker-1"
         );
+    }
+
+    #[test]
+    fn every_name_of_a_cell_starts_with_its_prefix_and_the_tag_fits_a_label() {
+        let tag = cell_tag(CELL);
+        assert_eq!(tag.len(), 10);
+        assert!(tag.chars().all(|c| c.is_ascii_hexdigit()));
+        let prefix = cell_claim_prefix(CELL);
+        assert_eq!(prefix, format!("egress-shard-ipv6.{tag}."));
+        for name in ["s", &"x".repeat(300)] {
+            assert!(claim_name(CELL, "ns", name).starts_with(&prefix), "{name}");
+        }
+        assert!(!legacy_claim_name("ns", "s").starts_with(&prefix));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use kube::api::ObjectMeta;
 use super::address::ADDRESS_BITS;
 use super::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
-    Incarnation, claim_name,
+    Incarnation, LABEL_CELL_TAG, cell_tag, claim_name,
 };
 
 /// Scope role the claim is placed under.
@@ -49,7 +49,8 @@ impl ClaimRequest<'_> {
 }
 
 /// The desired claim: one IPv6 /128 block in the location's range, released with the claim,
-/// marked with the cell and the shard incarnation it is for.
+/// marked with the cell and the shard incarnation it is for, and labelled with the cell's tag so
+/// that a list can ask IPAM for one cell's claims only.
 ///
 /// `ipFamily` is stated because the server bounds `prefixLength` by the claim's own family before
 /// it resolves the class. `reclaimPolicy: Delete` is stated because under Retain a recreated
@@ -69,6 +70,10 @@ pub fn desired_claim(req: &ClaimRequest<'_>) -> IPClaim {
         metadata: ObjectMeta {
             name: Some(req.name()),
             namespace: Some(req.claim_namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                LABEL_CELL_TAG.to_string(),
+                cell_tag(req.cell),
+            )])),
             annotations: Some(BTreeMap::from([
                 (
                     ANNOTATION_SHARD_NAMESPACE.to_string(),
@@ -121,6 +126,7 @@ mod tests {
                 "metadata": {
                     "name": claim_name("cell-a", "galactic-system", "worker-1"),
                     "namespace": "default",
+                    "labels": {"cloud.datumapis.com/egress-cell-tag": cell_tag("cell-a")},
                     "annotations": {
                         "cloud.datumapis.com/egress-shard-namespace": "galactic-system",
                         "cloud.datumapis.com/egress-shard-name": "worker-1",

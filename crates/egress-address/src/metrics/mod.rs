@@ -312,6 +312,8 @@ pub struct Metrics {
     lease_overdue: Gauge,
     lease_lapses: Counter,
     unaddressed_swept: Counter,
+    orphaned_claims_released: Counter,
+    orphan_sweep_failures: Counter,
     ipam_up: Gauge,
     cell_up: Gauge,
     transport_errors: Family<TransportLabels, Counter>,
@@ -378,6 +380,16 @@ impl Metrics {
             m.unaddressed_swept.clone(),
         );
         r.register(
+            "orphaned_claims_released",
+            "Claims of shards deleted while no controller saw it, released by the orphan sweep",
+            m.orphaned_claims_released.clone(),
+        );
+        r.register(
+            "orphan_sweep_failures",
+            "Orphan sweep passes that stopped on an error (a 403 on listing ipclaims: the grant overlay is missing)",
+            m.orphan_sweep_failures.clone(),
+        );
+        r.register(
             "ipam_up",
             "1 while IPAM's latest answer accepted the credential, 0 while it is unreachable or refuses it",
             m.ipam_up.clone(),
@@ -427,6 +439,8 @@ impl Metrics {
             lease_overdue: Gauge::default(),
             lease_lapses: Counter::default(),
             unaddressed_swept: Counter::default(),
+            orphaned_claims_released: Counter::default(),
+            orphan_sweep_failures: Counter::default(),
             ipam_up: Gauge::default(),
             cell_up: Gauge::default(),
             transport_errors: Family::default(),
@@ -533,6 +547,14 @@ impl Metrics {
 
     pub fn unaddressed_swept(&self, shards: u64) {
         self.unaddressed_swept.inc_by(shards);
+    }
+
+    pub fn orphaned_claim_released(&self) {
+        self.orphaned_claims_released.inc();
+    }
+
+    pub fn orphan_sweep_failed(&self) {
+        self.orphan_sweep_failures.inc();
     }
 
     pub fn drift(&self, kind: &str) {

@@ -15,6 +15,7 @@ pub mod admin;
 pub mod events;
 pub mod leader;
 pub mod limiter;
+pub mod orphans;
 pub mod queue;
 pub mod readiness;
 pub mod shared;

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use super::events::Notifier;
 use super::leader::Elector;
 use super::limiter::RetryBucket;
+use super::orphans::OrphanSweep;
 use super::shared::Shared;
 use super::sweep;
 use super::watch::{self, Watch};
@@ -94,6 +95,16 @@ impl Tasks {
                 settings.unaddressed_sweep_interval,
                 work.clone(),
             ));
+        }
+        if !settings.release_orphaned_claims_every.is_zero() {
+            background.spawn(
+                OrphanSweep {
+                    ctx: ctx.clone(),
+                    leader: shared.leader.clone(),
+                    readiness: shared.readiness.clone(),
+                }
+                .run(settings.release_orphaned_claims_every, work.clone()),
+            );
         }
         background.spawn(worker::release_parked(
             ctx.ipam.clone(),

@@ -8,6 +8,7 @@ mod lapse;
 mod layers;
 mod observe;
 mod operations;
+mod orphans;
 mod rbac;
 mod real_cell;
 mod reconcile;

@@ -685,3 +685,73 @@ async fn every_project_plane_serves_ipam_with_its_own_state() {
     assert_eq!(cidr(&ta), "10.0.0.0/32");
     assert_eq!(ta.spec.owner_ref.unwrap().name, "tenant");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_are_listed_by_label_selector_and_in_pages() {
+    let (_lp, c) = platform_with_inventory("2001:db8::/40").await;
+    let claims: Api<IPClaim> = Api::namespaced(c.clone(), "default");
+    for (name, cell) in [
+        ("a-1", Some("aaa")),
+        ("a-2", Some("aaa")),
+        ("b-1", Some("bbb")),
+        ("old", None),
+    ] {
+        let mut claim = shard_claim(name, "dfw");
+        if let Some(cell) = cell {
+            claim.metadata.labels = Some(
+                [(
+                    "cloud.datumapis.com/egress-cell-tag".to_string(),
+                    cell.to_string(),
+                )]
+                .into(),
+            );
+        }
+        claims.create(&PostParams::default(), &claim).await.unwrap();
+    }
+    let names = |list: kube::core::ObjectList<IPClaim>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect()
+    };
+    let selected = |selector: &str| kube::api::ListParams::default().labels(selector);
+    assert_eq!(
+        names(
+            claims
+                .list(&selected("cloud.datumapis.com/egress-cell-tag=aaa"))
+                .await
+                .unwrap()
+        ),
+        ["a-1", "a-2"],
+        "the server filters by the label"
+    );
+    assert_eq!(
+        names(
+            claims
+                .list(&selected("!cloud.datumapis.com/egress-cell-tag"))
+                .await
+                .unwrap()
+        ),
+        ["old"]
+    );
+    let first = claims
+        .list(&kube::api::ListParams::default().limit(3))
+        .await
+        .unwrap();
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    let rest = claims
+        .list(
+            &kube::api::ListParams::default()
+                .limit(3)
+                .continue_token(&token),
+        )
+        .await
+        .unwrap();
+    let mut all = names(first);
+    all.extend(names(rest));
+    assert_eq!(
+        all,
+        ["a-1", "a-2", "b-1", "old"],
+        "pages cover the list once"
+    );
+}
