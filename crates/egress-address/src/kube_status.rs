@@ -24,6 +24,15 @@ pub fn is_unauthorized(err: &kube::Error) -> bool {
         if matches!(s.reason.as_str(), "Unauthorized" | "Forbidden") || matches!(s.code, 401 | 403))
 }
 
+/// What the cell's RBAC denied (a 403), in the apiserver's words (`User "..." cannot update
+/// resource "egressshards" in API group ...`); `None` for anything else.
+pub fn forbidden_message(err: &kube::Error) -> Option<String> {
+    match err {
+        kube::Error::Api(s) if s.code == 403 || s.reason == "Forbidden" => Some(s.message.clone()),
+        _ => None,
+    }
+}
+
 /// The write-once rules (or any validation) refused the object: retrying cannot help.
 pub fn is_invalid(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 422 || s.reason == "Invalid")

@@ -28,10 +28,13 @@ use tracing::{info, warn};
 use crate::Error;
 use crate::config::LeaderElection;
 use crate::config::settings::write_params;
-use crate::kube_status::{is_already_exists, is_conflict, is_not_found};
+use crate::kube_status::{forbidden_message, is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::reconcile::WriteGate;
 use crate::shard::ShardMemory;
+
+/// What the elector was doing when the cell forbade it (a `/ready` reason names it).
+const LEASING: &str = "reading and renewing the leader Lease";
 
 /// Lease annotation carrying the leader's release watermark.
 pub const ANNOTATION_RELEASED_THROUGH: &str = "cloud.datumapis.com/egress-address-released-through";
@@ -144,6 +147,7 @@ pub struct Elector {
     token: LeaderToken,
     metrics: Metrics,
     memory: Arc<ShardMemory>,
+    readiness: Arc<super::readiness::Readiness>,
     /// The lease's resourceVersion and when we first saw it.
     observed: Option<(String, Instant)>,
     /// The lease as our last write left it: a renewal PUTs on top of it without reading first,
@@ -159,6 +163,7 @@ impl Elector {
         token: LeaderToken,
         metrics: Metrics,
         memory: Arc<ShardMemory>,
+        readiness: Arc<super::readiness::Readiness>,
     ) -> Self {
         Self {
             api,
@@ -167,6 +172,7 @@ impl Elector {
             token,
             metrics,
             memory,
+            readiness,
             observed: None,
             held: None,
         }
@@ -181,6 +187,13 @@ impl Elector {
             let started = Instant::now();
             let attempt =
                 tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()).await;
+            let forbidden = match &attempt {
+                Ok(Err(Error::Lease { source, .. })) => forbidden_message(source),
+                _ => None,
+            };
+            if forbidden.is_some() || matches!(attempt, Ok(Ok(_))) {
+                self.readiness.set_forbidden(LEASING, forbidden);
+            }
             match attempt {
                 Ok(Ok(true)) => {
                     self.token.grant(started + self.config.renew_deadline);

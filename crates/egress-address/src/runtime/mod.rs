@@ -38,7 +38,7 @@ use crate::Error;
 use crate::config::Settings;
 use crate::ipam::Ipam;
 use crate::ipam::breaker::Breaker;
-use crate::kube_status::{is_unauthorized, transport_cause};
+use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
 use crate::metrics::Metrics;
 use crate::reconcile::Context;
 use crate::shard::{CachedShard, ShardKey, ShardMemory};
@@ -47,6 +47,10 @@ use leader::LeaderToken;
 use readiness::Readiness;
 use shared::Shared;
 use tasks::Tasks;
+
+/// What the controller was doing when the cell forbade reading its identity.
+const IDENTIFYING: &str =
+    "reading the cell's identity (get namespace kube-system; or set --cell-id)";
 
 /// The namespace whose UID identifies the cell when no identity is given.
 pub const CELL_ID_NAMESPACE: &str = "kube-system";
@@ -298,17 +302,24 @@ async fn identify_cell(settings: &Settings, cell: &Client, readiness: &Readiness
     let mut failures = 0;
     loop {
         match cell_identity(settings.cell_id.as_deref(), cell, settings.request_timeout).await {
-            Ok(id) => return id,
+            Ok(id) => {
+                readiness.set_forbidden(IDENTIFYING, None);
+                return id;
+            }
             Err(err) => {
                 failures += 1;
-                let health = match err.kube_error() {
-                    Some(e) if is_unauthorized(e) => readiness::CellHealth::CredentialRefused,
-                    Some(e) => readiness::CellHealth::Unreachable(
-                        transport_cause(e).unwrap_or("server-error"),
-                    ),
-                    None => readiness::CellHealth::Unreachable("timeout"),
-                };
-                readiness.set_cell(health);
+                if let Some(message) = err.kube_error().and_then(forbidden_message) {
+                    readiness.set_forbidden(IDENTIFYING, Some(message));
+                } else {
+                    let health = match err.kube_error() {
+                        Some(e) if is_unauthorized(e) => readiness::CellHealth::CredentialRefused,
+                        Some(e) => readiness::CellHealth::Unreachable(
+                            transport_cause(e).unwrap_or("server-error"),
+                        ),
+                        None => readiness::CellHealth::Unreachable("timeout"),
+                    };
+                    readiness.set_cell(health);
+                }
                 let delay = settings.backoff.delay(failures, rand::random::<f64>());
                 warn!(%err, retryIn = ?delay, "could not read the cell's identity; nothing is done until it is known");
                 tokio::time::sleep(delay).await;

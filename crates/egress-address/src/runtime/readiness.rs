@@ -22,6 +22,9 @@ pub enum CellHealth {
 struct State {
     synced: bool,
     cell: CellHealth,
+    /// What the cell's RBAC forbids the controller, by what it was doing: the apiserver's own
+    /// words, which name the verb and the resource.
+    forbidden: std::collections::BTreeMap<&'static str, String>,
     /// Since when the leader's lease renewal has been overdue.
     lease_overdue_since: Option<tokio::time::Instant>,
 }
@@ -40,6 +43,7 @@ impl Readiness {
             state: Mutex::new(State {
                 synced: false,
                 cell: CellHealth::Up,
+                forbidden: Default::default(),
                 lease_overdue_since: None,
             }),
             ipam,
@@ -63,6 +67,22 @@ impl Readiness {
             std::mem::replace(&mut st.cell, health) != health
         };
         self.metrics.set_cell_up(health == CellHealth::Up);
+        if changed {
+            self.refresh();
+        }
+    }
+
+    /// The cell refused `doing` with a 403 (`message` is the apiserver's, naming the verb and the
+    /// resource), or, with `None`, no longer does. Not ready while any is refused: a controller
+    /// whose RBAC lacks a verb cannot do its work, and says which.
+    pub fn set_forbidden(&self, doing: &'static str, message: Option<String>) {
+        let changed = {
+            let mut st = crate::lock(&self.state);
+            match message {
+                Some(m) => st.forbidden.insert(doing, m.clone()).as_ref() != Some(&m),
+                None => st.forbidden.remove(doing).is_some(),
+            }
+        };
         if changed {
             self.refresh();
         }
@@ -114,6 +134,9 @@ impl Readiness {
             CellHealth::Unreachable(cause) => {
                 reasons.push(format!("the cell's API server does not answer ({cause})"))
             }
+        }
+        for (doing, message) in &st.forbidden {
+            reasons.push(format!("the cell forbids {doing}: {message}"));
         }
         match self.ipam.health() {
             Health::Up | Health::Unknown => {}

@@ -122,6 +122,7 @@ impl Tasks {
                 shared.leader.clone(),
                 shared.metrics.clone(),
                 shared.memory.clone(),
+                shared.readiness.clone(),
             );
             Stoppable {
                 task: tokio::spawn(elector.run(stop.clone())),

@@ -23,9 +23,12 @@ use tracing::{error, info, warn};
 use super::leader::LapseReport;
 use super::readiness::CellHealth;
 use super::shared::Shared;
-use crate::kube_status::{is_unauthorized, transport_cause};
+use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
 use crate::shard::decide::{Decision, decide};
 use crate::shard::{CachedShard, ShardKey};
+
+/// What the watch was doing when the cell forbade it (a `/ready` reason names it).
+const WATCHING: &str = "listing and watching egress shards";
 
 /// What the watch does with one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +122,7 @@ impl Watch {
     fn apply(&mut self, event: watcher::Event<EgressShard>) {
         let shared = &self.shared;
         shared.readiness.set_cell(CellHealth::Up);
+        shared.readiness.set_forbidden(WATCHING, None);
         let step = step(&event);
         let ready = self.record(&step, &event);
         self.writer.apply_watcher_event(&cached(event));
@@ -209,7 +213,10 @@ impl Watch {
 
     fn failed(&self, err: &watcher::Error) {
         let readiness = &self.shared.readiness;
-        if kube_error_of(err).is_some_and(is_unauthorized) {
+        if let Some(message) = kube_error_of(err).and_then(forbidden_message) {
+            readiness.set_forbidden(WATCHING, Some(message));
+            error!(%err, "the cell's RBAC forbids listing or watching egress shards; not ready, nothing is written");
+        } else if kube_error_of(err).is_some_and(is_unauthorized) {
             readiness.set_cell(CellHealth::CredentialRefused);
             error!(%err, "the cell refused the controller's credential; not ready, nothing is written");
         } else {

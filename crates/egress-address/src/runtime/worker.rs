@@ -16,12 +16,15 @@ use super::readiness::CellHealth;
 use super::shared::Shared;
 use crate::config::Backoff;
 use crate::ipam::Ipam;
-use crate::kube_status::{is_unauthorized, transport_cause};
+use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
 use crate::logs::{object_ref, reconcile_id};
 use crate::metrics::{CONTROLLER, Metrics, ReconcileResult};
 use crate::reconcile::drift::{self, Checked};
 use crate::reconcile::{Context, Next, reconcile};
 use crate::shard::{CachedShard, ShardKey, ShardState};
+
+/// What the workers were doing when the cell forbade it (a `/ready` reason names it).
+const RECONCILING: &str = "reading and writing egress shards";
 
 /// What every worker shares.
 pub struct Workers {
@@ -63,8 +66,23 @@ impl Workers {
                 let _in = span.enter();
                 match outcome {
                     Ok(report) => {
+                        let forbidden = report
+                            .error
+                            .as_ref()
+                            .filter(|e| e.is_cell_error())
+                            .and_then(|e| e.kube_error())
+                            .and_then(forbidden_message);
+                        // Said until a reconcile gets through: one that needs no cell write
+                        // proves nothing, but the next write does.
+                        if forbidden.is_some() || report.error.is_none() {
+                            self.shared
+                                .readiness
+                                .set_forbidden(RECONCILING, forbidden.clone());
+                        }
                         if let Some(err) = &report.error {
-                            if err.is_cell_error() && err.kube_error().is_some_and(is_unauthorized)
+                            if forbidden.is_none()
+                                && err.is_cell_error()
+                                && err.kube_error().is_some_and(is_unauthorized)
                             {
                                 self.shared
                                     .readiness

@@ -263,6 +263,19 @@ pub fn start_unready(settings: Settings, cell: Client, ipam: Client) -> Ctl {
 /// Starts a controller whose cell client is built from `kubeconfig` as the binary builds it,
 /// every request counted in `rest_client_requests_total`, and waits until it is ready.
 pub async fn start_counted(settings: Settings, kubeconfig: &std::path::Path, ipam: Client) -> Ctl {
+    let ctl = start_counted_unready(settings, kubeconfig, ipam).await;
+    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_ready())
+        .await
+        .expect("the controller becomes ready");
+    ctl
+}
+
+/// [`start_counted`] without waiting for readiness.
+pub async fn start_counted_unready(
+    settings: Settings,
+    kubeconfig: &std::path::Path,
+    ipam: Client,
+) -> Ctl {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let observe = egress_address::connect::connection::counted_by(&metrics);
@@ -273,11 +286,7 @@ pub async fn start_counted(settings: Settings, kubeconfig: &std::path::Path, ipa
     )
     .await
     .unwrap();
-    let ctl = start_registered(settings, cell, ipam, registry, metrics);
-    tokio::time::timeout(Duration::from_secs(10), ctl.handle.wait_ready())
-        .await
-        .expect("the controller becomes ready");
-    ctl
+    start_registered(settings, cell, ipam, registry, metrics)
 }
 
 fn start_registered(

@@ -353,3 +353,177 @@ async fn a_restart_over_ten_thousand_real_shards_writes_nothing() {
     );
     ctl.stop().await.unwrap();
 }
+
+/// Each rule of the install's cell RBAC taken away in turn, on a real cell of its own (RBAC is
+/// cluster-wide): the real authorizer refuses the controller, `/ready` names what the cell
+/// forbids in the apiserver's own words (the verb and the resource), and nothing is written that
+/// needed the rule. Events are the one rule whose loss costs no address: the shard is addressed,
+/// its events are not published (a warning in the log says which).
+#[tokio::test]
+async fn without_any_one_rule_the_controller_names_what_it_may_not_do_and_writes_nothing() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+    const NS: &str = "real-less";
+    let real = RealCell::start()
+        .await
+        .expect("a real control plane of its own");
+    let admin = real.client(Identity::Admin).await.unwrap();
+    let config = workspace_root().join("config");
+    real.install_crds(&config.join("crd/network.datumapis.com_egressshards.yaml"))
+        .await
+        .unwrap();
+    let out = tokio::process::Command::new(judges::kubectl())
+        .arg("--kubeconfig")
+        .arg(real.kubeconfig(Identity::Admin))
+        .args(["apply", "--server-side", "-k"])
+        .arg(config.join("egress-address"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    namespace(&admin, NS).await;
+    let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
+    let roles: Api<Role> = Api::namespaced(admin.clone(), INSTALL_NAMESPACE);
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), INSTALL_NAMESPACE);
+    let full_cluster = cluster_roles
+        .get("egress-address-controller")
+        .await
+        .unwrap();
+    let full_role = roles.get("egress-address-leader-election").await.unwrap();
+    // (which role, rule index, what /ready must name, whether a shard can still be addressed)
+    let cases: [(&str, usize, &str, bool); 4] = [
+        (
+            "ClusterRole",
+            0,
+            r#"cannot list resource "egressshards""#,
+            false,
+        ),
+        ("ClusterRole", 1, "", true),
+        (
+            "ClusterRole",
+            2,
+            r#"cannot get resource "namespaces""#,
+            false,
+        ),
+        ("Role", 0, r#"resource "leases""#, false),
+    ];
+    assert_eq!(
+        full_cluster.rules.as_ref().map(Vec::len).unwrap_or(0)
+            + full_role.rules.as_ref().map(Vec::len).unwrap_or(0),
+        cases.len(),
+        "a case for every rule of the install"
+    );
+
+    let plane = Plane::start().await;
+    let shards: Api<EgressShard> = Api::namespaced(admin.clone(), NS);
+    for (i, (kind, r, named, addresses)) in cases.into_iter().enumerate() {
+        let mut cluster = full_cluster.clone();
+        let mut role = full_role.clone();
+        let rules = if kind == "ClusterRole" {
+            &mut cluster.rules
+        } else {
+            &mut role.rules
+        };
+        let removed = rules.as_mut().unwrap().remove(r);
+        for (api_replace, what) in [
+            (
+                cluster_roles
+                    .replace("egress-address-controller", &PostParams::default(), &{
+                        let mut c = cluster.clone();
+                        c.metadata.resource_version = None;
+                        c
+                    })
+                    .await
+                    .map(drop),
+                "ClusterRole",
+            ),
+            (
+                roles
+                    .replace("egress-address-leader-election", &PostParams::default(), &{
+                        let mut c = role.clone();
+                        c.metadata.resource_version = None;
+                        c
+                    })
+                    .await
+                    .map(drop),
+                "Role",
+            ),
+        ] {
+            api_replace.unwrap_or_else(|e| panic!("replacing the {what}: {e}"));
+        }
+        // A lease left by the run before would let a controller without `create` lead.
+        let _ = leases
+            .delete(
+                "egress-address-controller.cloud.datumapis.com",
+                &DeleteParams::default(),
+            )
+            .await;
+
+        let name = format!("less-{i}");
+        let mut s = settings();
+        s.identity = name.clone();
+        s.shard_namespace = Some(NS.into());
+        s.leader_election = Some(egress_address::LeaderElection {
+            lease_duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(1500),
+            retry_period: Duration::from_millis(300),
+            ..egress_address::LeaderElection::new(INSTALL_NAMESPACE)
+        });
+        let ctl = start_counted_unready(
+            s,
+            &real.kubeconfig(Identity::Controller),
+            plane.ipam_for_controller().await,
+        )
+        .await;
+        let shard: EgressShard = serde_json::from_value(shard_object(NS, &name)).unwrap();
+        shards.create(&PostParams::default(), &shard).await.unwrap();
+        let what = format!(
+            "without {kind} rule {r} ({:?} on {:?})",
+            removed.verbs, removed.resources
+        );
+        eventually(30, &format!("{what}: the controller refused"), || async {
+            (ctl.sum("rest_client_requests_total", ("code", "403")) > 0).then_some(())
+        })
+        .await;
+        if !named.is_empty() {
+            let reasons = eventually(30, &format!("{what}: /ready naming it"), || async {
+                let reasons = ctl.handle.not_ready_because();
+                reasons
+                    .iter()
+                    .any(|r| r.starts_with("the cell forbids") && r.contains(named))
+                    .then_some(reasons)
+            })
+            .await;
+            assert!(!ctl.handle.is_ready(), "{what}: ready although {reasons:?}");
+        }
+        if addresses {
+            addressed_on(&shards, &name).await;
+            let events = Api::<Event>::namespaced(admin.clone(), NS)
+                .list(&ListParams::default())
+                .await
+                .unwrap();
+            assert!(events.items.is_empty(), "{what}: an event was published");
+        } else {
+            assert!(
+                shards
+                    .get(&name)
+                    .await
+                    .unwrap()
+                    .spec
+                    .shard_address_ipv6
+                    .is_empty(),
+                "{what}: the shard was written"
+            );
+            let cell = cell_id(&admin).await;
+            assert!(
+                plane.claim_now(&claim_name(&cell, NS, &name)).is_none(),
+                "{what}: a claim was made in IPAM"
+            );
+        }
+        ctl.stop().await.unwrap();
+    }
+    real.stop().await.unwrap();
+}
