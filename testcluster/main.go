@@ -79,13 +79,18 @@ func run() int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 
+	sweepStale()
 	var err error
-	h.tmp, err = os.MkdirTemp("", "testcluster-")
+	h.tmp, err = os.MkdirTemp("", tmpPrefix)
 	if err != nil {
 		logger.Print(err)
 		return 1
 	}
 	defer h.removeTmp()
+	if err := os.WriteFile(filepath.Join(h.tmp, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		logger.Print(err)
+		return 1
+	}
 	// A fatal log in the apiserver ends the process through klog: remove
 	// the temporary data first there too.
 	klog.OsExit = func(code int) {
@@ -238,6 +243,31 @@ func (h *harness) serve(cmd interface {
 		return err
 	case apiErr := <-apiDone:
 		return fmt.Errorf("apiserver exited: %v", apiErr)
+	}
+}
+
+const tmpPrefix = "testcluster-"
+
+// sweepStale removes the temporary directories of earlier runs that were
+// killed (SIGKILL) before they could clean up: each names its run's pid. A
+// directory without that file is left alone (it may be a run starting up).
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tmpPrefix+"*"))
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(data))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // still running (or not ours to judge)
+		}
+		if err := os.RemoveAll(dir); err == nil {
+			logger.Printf("removed %s, left by killed run %d", dir, pid)
+		}
 	}
 }
 
