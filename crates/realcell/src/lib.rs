@@ -12,7 +12,9 @@
 //! ```
 //!
 //! The program runs with `--exit-on-stdin-close` and this side keeps its stdin: however the
-//! test process ends, even killed, the control plane ends with it and leaves nothing behind.
+//! test process ends, even killed, the control plane ends with it and leaves nothing behind. A
+//! [`RealCell`] dropped without [`RealCell::stop`] closes that pipe too, and the program shuts
+//! down cleanly by itself (it is never killed: a killed one could not remove its data).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -160,7 +162,6 @@ impl RealCell {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file)
-            .kill_on_drop(true)
             .spawn()
             .map_err(|source| Error::Spawn {
                 binary: binary.display().to_string(),
