@@ -8,7 +8,7 @@
 //!   values, or CRD objects written through the API at runtime: stored, listed, established and
 //!   served from the same write on; deleting one stops serving its kind and removes its objects);
 //! * built-in Namespace, Lease, Event, the RBAC kinds, and what an install applies
-//!   (ServiceAccount, Secret, ConfigMap, Service, `apps/v1` Deployment), with the schemas of the
+//!   (ServiceAccount, Secret, ConfigMap, Service, `apps/v1` Deployment, NetworkPolicy), with the schemas of the
 //!   Kubernetes API types: decoded as the apiserver's Go decoder does (a wrong type, a timestamp
 //!   that is not a `metav1.Time`/`MicroTime`, bad base64 are a 400), unknown fields warned about
 //!   (`fieldValidation=Warn`, the default), dropped (`Ignore`) or refused (`Strict`), the
@@ -48,6 +48,8 @@
 //!   `kubectl auth can-i` (`--list`) and `kubectl auth whoami` create (SelfSubjectAccessReview,
 //!   SubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview), answered from the stored
 //!   RBAC, with every authenticated user allowed to review itself as bootstrap policy allows;
+//!   and TokenReview (who a bearer token is, with the API audiences), which a server that
+//!   delegates its authentication to the cluster (a secure metrics endpoint) sends;
 //! * request bodies in JSON, YAML, and protobuf for the built-in kinds kubectl's typed commands
 //!   send that way (`create namespace|role|rolebinding|clusterrole|clusterrolebinding|secret|
 //!   configmap|serviceaccount`, the reviews): client-go never falls back from protobuf to JSON

@@ -380,6 +380,16 @@ pub fn builtins() -> Vec<ResourceDef> {
         )
         .in_categories(&["all"]),
         ResourceDef::builtin(
+            B::NetworkPolicy,
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+            &["netpol"],
+            true,
+            false,
+        ),
+        ResourceDef::builtin(
             B::CustomResourceDefinition,
             "apiextensions.k8s.io",
             "v1",
@@ -426,6 +436,16 @@ pub fn builtins() -> Vec<ResourceDef> {
             "v1",
             "SelfSubjectReview",
             "selfsubjectreviews",
+            &[],
+            false,
+            false,
+        ),
+        ResourceDef::builtin(
+            B::TokenReview,
+            "authentication.k8s.io",
+            "v1",
+            "TokenReview",
+            "tokenreviews",
             &[],
             false,
             false,

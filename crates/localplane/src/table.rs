@@ -282,6 +282,20 @@ fn printer(b: BuiltinKind) -> Option<Printer> {
                 ]
             },
         },
+        BuiltinKind::NetworkPolicy => Printer {
+            columns: &[("Pod-Selector", "string", 0), ("Age", "string", 0)],
+            cells: |o| {
+                let selector = format_selector(o.pointer("/spec/podSelector"));
+                vec![
+                    json!(if selector.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        selector
+                    }),
+                    creation_age(o),
+                ]
+            },
+        },
         BuiltinKind::RoleBinding | BuiltinKind::ClusterRoleBinding => Printer {
             columns: BINDING,
             cells: binding_cells,
@@ -292,7 +306,8 @@ fn printer(b: BuiltinKind) -> Option<Printer> {
         | BuiltinKind::SelfSubjectAccessReview
         | BuiltinKind::SelfSubjectRulesReview
         | BuiltinKind::SubjectAccessReview
-        | BuiltinKind::SelfSubjectReview => Printer {
+        | BuiltinKind::SelfSubjectReview
+        | BuiltinKind::TokenReview => Printer {
             columns: CREATED_AT,
             cells: created_at,
         },

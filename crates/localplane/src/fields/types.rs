@@ -685,6 +685,18 @@ fn builtins() -> &'static [((&'static str, &'static str), Value)] {
             ),
             (("", "Service"), service()),
             (("apps", "Deployment"), deployment()),
+            (
+                ("networking.k8s.io", "NetworkPolicy"),
+                st(&[(
+                    "spec",
+                    st(&[
+                        ("podSelector", atomic_struct()),
+                        ("ingress", atomic_list()),
+                        ("egress", atomic_list()),
+                        ("policyTypes", atomic_list()),
+                    ]),
+                )]),
+            ),
         ]
     })
 }
@@ -710,6 +722,7 @@ pub fn zero_object(group: &str, kind: &str) -> Value {
             json!({"roleRef": {}})
         }
         ("", "Service") => json!({"spec": {}, "status": {"loadBalancer": {}}}),
+        ("networking.k8s.io", "NetworkPolicy") => json!({"spec": {"podSelector": {}}}),
         ("apps", "Deployment") => json!({
             "spec": {"template": {"metadata": {}, "spec": {}}, "strategy": {}},
             "status": {},

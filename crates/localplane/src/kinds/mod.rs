@@ -43,11 +43,13 @@ pub enum BuiltinKind {
     ConfigMap,
     Service,
     Deployment,
+    NetworkPolicy,
     CustomResourceDefinition,
     SelfSubjectAccessReview,
     SelfSubjectRulesReview,
     SubjectAccessReview,
     SelfSubjectReview,
+    TokenReview,
 }
 
 static NAMESPACE: Lazy = Lazy::new(generate::<api::core::v1::Namespace>);
@@ -63,11 +65,13 @@ static SECRET: Lazy = Lazy::new(generate::<api::core::v1::Secret>);
 static CONFIG_MAP: Lazy = Lazy::new(generate::<api::core::v1::ConfigMap>);
 static SERVICE: Lazy = Lazy::new(generate::<api::core::v1::Service>);
 static DEPLOYMENT: Lazy = Lazy::new(generate::<api::apps::v1::Deployment>);
+static NETWORK_POLICY: Lazy = Lazy::new(generate::<api::networking::v1::NetworkPolicy>);
 static CRD: Lazy = Lazy::new(generate::<CustomResourceDefinition>);
 static SSAR: Lazy = Lazy::new(generate::<api::authorization::v1::SelfSubjectAccessReview>);
 static SSRR: Lazy = Lazy::new(generate::<api::authorization::v1::SelfSubjectRulesReview>);
 static SAR: Lazy = Lazy::new(generate::<api::authorization::v1::SubjectAccessReview>);
 static SSR: Lazy = Lazy::new(generate::<api::authentication::v1::SelfSubjectReview>);
+static TR: Lazy = Lazy::new(generate::<api::authentication::v1::TokenReview>);
 
 impl BuiltinKind {
     /// The kind's OpenAPI schema (generated on first use, once per process).
@@ -86,11 +90,13 @@ impl BuiltinKind {
             BuiltinKind::ConfigMap => CONFIG_MAP.get(),
             BuiltinKind::Service => SERVICE.get(),
             BuiltinKind::Deployment => DEPLOYMENT.get(),
+            BuiltinKind::NetworkPolicy => NETWORK_POLICY.get(),
             BuiltinKind::CustomResourceDefinition => CRD.get(),
             BuiltinKind::SelfSubjectAccessReview => SSAR.get(),
             BuiltinKind::SelfSubjectRulesReview => SSRR.get(),
             BuiltinKind::SubjectAccessReview => SAR.get(),
             BuiltinKind::SelfSubjectReview => SSR.get(),
+            BuiltinKind::TokenReview => TR.get(),
         }
     }
 
@@ -102,6 +108,7 @@ impl BuiltinKind {
                 | BuiltinKind::SelfSubjectRulesReview
                 | BuiltinKind::SubjectAccessReview
                 | BuiltinKind::SelfSubjectReview
+                | BuiltinKind::TokenReview
         )
     }
 

@@ -1,6 +1,7 @@
 //! `application/vnd.kubernetes.protobuf` request bodies, for the built-in kinds kubectl's typed
 //! commands send that way (`create namespace|role|rolebinding|clusterrole|clusterrolebinding|
-//! secret|configmap|serviceaccount`, `auth can-i`, `auth whoami`). client-go does not fall back
+//! secret|configmap|serviceaccount`, `auth can-i`, `auth whoami`) and a delegating server's
+//! TokenReview. client-go does not fall back
 //! to JSON when a server refuses protobuf (it does only for CBOR), so a server that wants
 //! kubectl's own commands to work must read it.
 //!
@@ -197,6 +198,14 @@ const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
     f(2, "spec", Msg(&[f(1, "namespace", Str)])),
 ];
 const SELF_SUBJECT_REVIEW: &[Field] = &[f(1, "metadata", Msg(OBJECT_META))];
+const TOKEN_REVIEW: &[Field] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(
+        2,
+        "spec",
+        Msg(&[f(1, "token", Str), r(2, "audiences", Str)]),
+    ),
+];
 
 /// The message a kind's protobuf body holds, for the kinds that accept one.
 fn message(kind: BuiltinKind) -> Option<&'static [Field]> {
@@ -213,6 +222,7 @@ fn message(kind: BuiltinKind) -> Option<&'static [Field]> {
         B::SubjectAccessReview => SUBJECT_ACCESS_REVIEW,
         B::SelfSubjectRulesReview => SELF_SUBJECT_RULES_REVIEW,
         B::SelfSubjectReview => SELF_SUBJECT_REVIEW,
+        B::TokenReview => TOKEN_REVIEW,
         _ => return None,
     })
 }
@@ -475,5 +485,29 @@ mod tests {
         );
         assert!(decode(BuiltinKind::Secret, b"{}").is_err());
         assert!(decode(BuiltinKind::Secret, &body[..body.len() - 3]).is_err());
+    }
+
+    #[test]
+    fn a_token_review_from_a_delegating_server() {
+        let mut spec = vec![];
+        field_bytes(1, b"t0ken", &mut spec);
+        field_bytes(2, b"aud-1", &mut spec);
+        field_bytes(2, b"aud-2", &mut spec);
+        let mut review = vec![];
+        field_bytes(1, &[], &mut review);
+        field_bytes(2, &spec, &mut review);
+        let mut tm = vec![];
+        field_bytes(1, b"authentication.k8s.io/v1", &mut tm);
+        field_bytes(2, b"TokenReview", &mut tm);
+        let mut body = MAGIC.to_vec();
+        field_bytes(1, &tm, &mut body);
+        field_bytes(2, &review, &mut body);
+        assert!(accepts(BuiltinKind::TokenReview));
+        assert_eq!(
+            decode(BuiltinKind::TokenReview, &body).unwrap(),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                   "metadata": {},
+                   "spec": {"token": "t0ken", "audiences": ["aud-1", "aud-2"]}})
+        );
     }
 }

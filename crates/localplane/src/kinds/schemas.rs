@@ -122,6 +122,15 @@ pub fn generate<T: JsonSchema>() -> Arc<BuiltinSchema> {
         .and_then(|s| s.as_object().cloned())
         .unwrap_or_default();
     o.remove("$schema");
+    // The Rust types hold `metadata` as a plain struct, so the generated schema requires it; the
+    // Go types mark it `omitempty`, and the apiserver's OpenAPI requires no kind's metadata
+    // (kubectl validates against this: a TokenReview has none).
+    if let Some(required) = o.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|r| r != "metadata");
+        if required.is_empty() {
+            o.remove("required");
+        }
+    }
     let title = o
         .remove("title")
         .and_then(|t| t.as_str().map(str::to_string))

@@ -47,6 +47,8 @@ pub(crate) struct Request<'a> {
 
 /// A request resolved to the kind it addresses.
 struct Call {
+    /// Who the tokens are (a TokenReview asks).
+    shared: Arc<Shared>,
     plane: Plane,
     def: Arc<ResourceDef>,
     caller: Caller,
@@ -278,6 +280,7 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
         .unwrap_or("")
         .to_string();
     Ok(Call {
+        shared: req.shared.clone(),
         shape: Shape::of(req.headers),
         user_agent,
         rbac: req.shared.rbac,
@@ -514,7 +517,14 @@ fn warning_header(text: &str) -> String {
 
 fn review(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     let asked = parse_body(call, body)?;
-    let answer = review::answer(&call.def, &call.plane, call.rbac, &call.subject, asked)?;
+    let answer = review::answer(
+        &call.def,
+        &call.plane,
+        call.rbac,
+        &call.subject,
+        &call.shared,
+        asked,
+    )?;
     Ok(json_response(201, json_body(&answer)))
 }
 

@@ -1,12 +1,14 @@
 //! The reviews that answer identity questions, evaluated against the plane's stored RBAC:
 //! SelfSubjectAccessReview and SubjectAccessReview (`kubectl auth can-i`), SelfSubjectRulesReview
-//! (`kubectl auth can-i --list`) and SelfSubjectReview (`kubectl auth whoami`). A review is never
-//! stored: the answer is the request with its `status` filled in.
+//! (`kubectl auth can-i --list`) and SelfSubjectReview (`kubectl auth whoami`), and the
+//! TokenReview a server that delegates authentication to the cluster sends (who a bearer token
+//! is). A review is never stored: the answer is the request with its `status` filled in.
 //!
 //! Asking about oneself needs no grant: a cluster's bootstrap policy lets every authenticated user
 //! create the self reviews (`system:basic-user`), and localplane behaves as if that binding
 //! existed. Asking about someone else (SubjectAccessReview) needs `create` on
-//! `subjectaccessreviews`, checked like any other request.
+//! `subjectaccessreviews`, checked like any other request, and so does a TokenReview (`create`
+//! on `tokenreviews`; a cluster grants both in `system:auth-delegator`).
 
 use serde_json::{Value, json};
 
@@ -16,6 +18,12 @@ use crate::kinds::BuiltinKind;
 use crate::plane::Plane;
 use crate::rbac;
 use crate::resources::ResourceDef;
+use crate::shared::Shared;
+
+/// What the apiserver's own tokens are for (`--api-audiences`, which defaults to the service
+/// account issuer, as a kind cluster sets it). A TokenReview that names no audience is checked
+/// against these.
+pub(crate) const API_AUDIENCES: [&str; 1] = ["https://kubernetes.default.svc.cluster.local"];
 
 /// The rules every authenticated user has from `system:basic-user`.
 fn basic_user_rules() -> Vec<Value> {
@@ -129,16 +137,53 @@ fn check_attributes(def: &ResourceDef, spec: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Who `spec.token` is, as the apiserver's TokenReview storage answers: a 400 for no token; for a
+/// token no identity has, `authenticated` left out (false) and an empty `user`, as Go encodes the
+/// struct. localplane's tokens are static, and the apiserver's static tokens are audience-agnostic:
+/// they hold for the API audiences, so a review naming only other audiences is not authenticated.
+fn token_review(shared: &Shared, spec: &Value) -> Result<Value, ApiError> {
+    let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
+    if token.is_empty() {
+        return Err(ApiError::bad_request(
+            "token is required for TokenReview in authentication",
+        ));
+    }
+    let asked: Vec<&str> = spec
+        .get("audiences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let audiences: Vec<&str> = if asked.is_empty() {
+        API_AUDIENCES.to_vec()
+    } else {
+        asked
+            .into_iter()
+            .filter(|a| API_AUDIENCES.contains(a))
+            .collect()
+    };
+    let identity = shared.authenticate(token).filter(|_| !audiences.is_empty());
+    Ok(match identity {
+        None => json!({"user": {}}),
+        Some(identity) => json!({
+            "authenticated": true,
+            "user": {"username": identity.user_name(), "groups": identity.all_groups()},
+            "audiences": audiences,
+        }),
+    })
+}
+
 /// Answers a review created as `who` on `plane`: the request, with its status.
 pub(crate) fn answer(
     def: &ResourceDef,
     plane: &Plane,
     rbac_on: bool,
     who: &Subject,
+    shared: &Shared,
     mut review: Value,
 ) -> Result<Value, ApiError> {
     let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
     let status = match def.builtin {
+        Some(BuiltinKind::TokenReview) => token_review(shared, &spec)?,
         Some(BuiltinKind::SelfSubjectAccessReview) => {
             check_attributes(def, &spec)?;
             let (allowed, reason) = access(plane, rbac_on, who, &spec);

@@ -256,3 +256,214 @@ async fn access_reviews_answer_from_the_stored_rbac() {
     assert_eq!(code, 405);
     lp.shutdown().await;
 }
+
+#[tokio::test]
+async fn token_reviews_say_who_a_token_is_to_whoever_may_ask() {
+    let lp = serve(builder().rbac(true)).await;
+    let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let review = |token: &str, audiences: Value| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+               "spec": {"token": token, "audiences": audiences}})
+    };
+    // Asking who someone else is needs the grant, as a SubjectAccessReview does.
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        path,
+        &[],
+        review(ADMIN_TOKEN, json!(null)),
+    )
+    .await;
+    assert_eq!(code, 403, "{s}");
+    assert_eq!(
+        s["message"],
+        format!(
+            r#"tokenreviews.authentication.k8s.io is forbidden: User "{USER_NAME}" cannot create resource "tokenreviews" in API group "authentication.k8s.io" at the cluster scope"#
+        )
+    );
+    grant(&lp, json!([{"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"]}])).await;
+
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        path,
+        &[],
+        review(ADMIN_TOKEN, json!(null)),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["kind"], "TokenReview");
+    assert_eq!(
+        s["spec"]["token"], ADMIN_TOKEN,
+        "the request comes back, with its status"
+    );
+    assert_eq!(
+        s["status"],
+        json!({"authenticated": true,
+               "user": {"username": ADMIN, "groups": ["system:masters", "system:authenticated"]},
+               "audiences": ["https://kubernetes.default.svc.cluster.local"]})
+    );
+    // A token nobody has: `authenticated` left out (false) and an empty user, as Go encodes it.
+    let (code, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        path,
+        &[],
+        review("nobody-has-this", json!(null)),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["status"], json!({"user": {}}));
+    // Static tokens hold for the API audiences only.
+    let (_, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        path,
+        &[],
+        review(USER_TOKEN, json!(["https://elsewhere"])),
+    )
+    .await;
+    assert_eq!(s["status"], json!({"user": {}}));
+    let (_, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        path,
+        &[],
+        review(
+            USER_TOKEN,
+            json!([
+                "https://elsewhere",
+                "https://kubernetes.default.svc.cluster.local"
+            ]),
+        ),
+    )
+    .await;
+    assert_eq!(s["status"]["authenticated"], true, "{s}");
+    assert_eq!(s["status"]["user"]["username"], USER_NAME);
+    assert_eq!(
+        s["status"]["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    // No token: refused before anything is looked up, in the apiserver's words.
+    let (code, s) = send(&lp, USER_TOKEN, "POST", path, &[], review("", json!(null))).await;
+    assert_eq!(code, 400, "{s}");
+    assert_eq!(
+        s["message"],
+        "token is required for TokenReview in authentication"
+    );
+    // Cluster-scoped, and only ever created.
+    let (code, _) = send(
+        &lp,
+        ADMIN_TOKEN,
+        "POST",
+        "/apis/authentication.k8s.io/v1/namespaces/ns1/tokenreviews",
+        &[],
+        review(USER_TOKEN, json!(null)),
+    )
+    .await;
+    assert_eq!(code, 404);
+    let (code, _) = get(&lp, ADMIN_TOKEN, path, &[]).await;
+    assert_eq!(code, 405);
+
+    // kube-rs's typed client reads the answer, as a server delegating to the cluster does.
+    let client = lp.http_client("cell", USER).unwrap();
+    let api: kube::Api<k8s_openapi::api::authentication::v1::TokenReview> = kube::Api::all(client);
+    let asked = k8s_openapi::api::authentication::v1::TokenReview {
+        spec: k8s_openapi::api::authentication::v1::TokenReviewSpec {
+            token: Some(ADMIN_TOKEN.into()),
+            audiences: None,
+        },
+        ..Default::default()
+    };
+    let answered = api.create(&Default::default(), &asked).await.unwrap();
+    let status = answered.status.unwrap();
+    assert_eq!(status.authenticated, Some(true));
+    assert_eq!(status.user.unwrap().username.as_deref(), Some(ADMIN));
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_token_review_and_an_access_review_answer_what_a_metrics_endpoint_asks() {
+    // What a server that delegates to the cluster does for one request: who is the token, and
+    // may that user `get` the non-resource path it asked for.
+    let lp = serve(builder().rbac(true)).await;
+    grant(&lp, json!([
+        {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"]},
+        {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"]},
+        {"verbs": ["get"], "nonResourceURLs": ["/metrics"]}
+    ])).await;
+    let (_, who) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        &[],
+        json!({"spec": {"token": USER_TOKEN}}),
+    )
+    .await;
+    let user = &who["status"]["user"];
+    let may = |path: &str, verb: &str| {
+        json!({"spec": {"user": user["username"], "groups": user["groups"],
+                        "nonResourceAttributes": {"path": path, "verb": verb}}})
+    };
+    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (code, s) = send(&lp, USER_TOKEN, "POST", sar, &[], may("/metrics", "get")).await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(
+        s["status"],
+        json!({"allowed": true, "reason": format!(r#"RBAC: allowed by ClusterRoleBinding "extra" of ClusterRole "extra" to User "{USER_NAME}""#)})
+    );
+    let (_, s) = send(&lp, USER_TOKEN, "POST", sar, &[], may("/metrics", "post")).await;
+    assert_eq!(s["status"], json!({"allowed": false}));
+    let (_, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        sar,
+        &[],
+        may("/metrics/extra", "get"),
+    )
+    .await;
+    assert_eq!(
+        s["status"],
+        json!({"allowed": false}),
+        "an exact URL grants no deeper path"
+    );
+    // The groups the review reported take part: a grant to system:authenticated holds for a
+    // user only through them.
+    for (path, obj) in [
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            json!({"metadata": {"name": "version-reader"},
+                   "rules": [{"verbs": ["get"], "nonResourceURLs": ["/version"]}]}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            json!({"metadata": {"name": "version-reader"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "version-reader"},
+                   "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:authenticated"}]}),
+        ),
+    ] {
+        let (code, s) = send(&lp, ADMIN_TOKEN, "POST", path, &[], obj).await;
+        assert_eq!(code, 201, "{s}");
+    }
+    let (_, s) = send(&lp, USER_TOKEN, "POST", sar, &[], may("/version", "get")).await;
+    assert_eq!(s["status"]["allowed"], true, "{s}");
+    let (_, s) = send(
+        &lp,
+        USER_TOKEN,
+        "POST",
+        sar,
+        &[],
+        json!({"spec": {"user": user["username"],
+                        "nonResourceAttributes": {"path": "/version", "verb": "get"}}}),
+    )
+    .await;
+    assert_eq!(s["status"], json!({"allowed": false}));
+    lp.shutdown().await;
+}

@@ -1491,3 +1491,97 @@ async fn strategic_merge_patches_keep_what_they_do_not_name() {
     );
     lp.shutdown().await;
 }
+
+const NETWORK_POLICY: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: allow-metrics
+  namespace: ns1
+spec:
+  podSelector:
+    matchLabels:
+      app: controller
+  policyTypes: [Ingress]
+  ingress:
+    - from:
+        - namespaceSelector:
+            matchLabels:
+              metrics: enabled
+      ports:
+        - port: 8443
+          protocol: TCP
+"#;
+
+#[tokio::test]
+async fn a_network_policy_applies_prints_its_pod_selector_and_replaces_its_rules() {
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+    let f = write(k.home.path(), "np.yaml", NETWORK_POLICY);
+    let out = k.ok(&["apply", "-f", &f]).await;
+    assert_eq!(
+        out.trim(),
+        "networkpolicy.networking.k8s.io/allow-metrics created"
+    );
+    let out = k.ok(&["apply", "-f", &f]).await;
+    assert!(out.contains("unchanged"), "{out}");
+    let out = k.ok(&["get", "netpol", "-n", "ns1"]).await;
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "POD-SELECTOR", "AGE"], "{out}");
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..2], ["allow-metrics", "app=controller"], "{out}");
+
+    // The rules are one atomic list: a re-apply with another port replaces the rule whole.
+    let f2 = write(
+        k.home.path(),
+        "np2.yaml",
+        &NETWORK_POLICY.replace("port: 8443", "port: 9443"),
+    );
+    let out = k.ok(&["apply", "-f", &f2]).await;
+    assert!(out.contains("configured"), "{out}");
+    let stored = lp
+        .cell()
+        .object(
+            &localplane::ResourceKey::new("networking.k8s.io", "networkpolicies"),
+            Some("ns1"),
+            "allow-metrics",
+        )
+        .unwrap();
+    assert_eq!(
+        stored["spec"]["ingress"],
+        serde_json::json!([{"from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}}],
+                            "ports": [{"port": 9443, "protocol": "TCP"}]}])
+    );
+    // A field NetworkPolicy does not have is refused, as for every built-in kind.
+    let bad = write(
+        k.home.path(),
+        "np3.yaml",
+        &NETWORK_POLICY.replace("policyTypes:", "policyTypez:"),
+    );
+    let (ok, _, err) = k.run(&["apply", "-f", &bad]).await;
+    assert!(!ok && err.contains("policyTypez"), "{err}");
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_creates_a_token_review_and_prints_who_the_token_is() {
+    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+    let f = write(
+        k.home.path(),
+        "tr.yaml",
+        &format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {USER_TOKEN}\n"
+        ),
+    );
+    let out = k
+        .ok(&[
+            "create",
+            "-f",
+            &f,
+            "-o",
+            "jsonpath={.status.authenticated} {.status.user.username}",
+        ])
+        .await;
+    assert_eq!(out, format!("true {USER_NAME}"));
+    lp.shutdown().await;
+}
