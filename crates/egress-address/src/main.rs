@@ -1,5 +1,6 @@
 //! `egress-address-controller`: flags in, controller out.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -7,9 +8,12 @@ use anyhow::Context as _;
 use egress_address::config::args::{Args, Tool};
 use egress_address::connect::kubeconfig;
 use egress_address::runtime::admin;
-use egress_address::{Controller, Metrics, ipam, logs};
+use egress_address::runtime::metrics_auth::{self, MetricsAuth};
+use egress_address::runtime::metrics_tls::{self, CertSource, ServingCert};
+use egress_address::{Controller, Handle, Metrics, ipam, logs};
 
 use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -62,6 +66,24 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
     let probe_addr = admin::parse_bind_address(&args.admin.health_probe_bind_address)
         .map_err(anyhow::Error::msg)
         .context("--health-probe-bind-address")?;
+    let secure = args.admin.metrics_secure;
+    let cert_files = args
+        .admin
+        .metrics_cert_files()
+        .map_err(anyhow::Error::msg)?;
+    if secure && metrics_addr.is_some() && metrics_addr == probe_addr {
+        anyhow::bail!(
+            "--metrics-bind-address and --health-probe-bind-address must differ with --metrics-secure: \
+             the kubelet's probes carry no credential, and /metrics needs one"
+        );
+    }
+    // Before anything is contacted: a certificate that does not load stops the start.
+    let serving = if secure {
+        let source = CertSource::from_flags(cert_files, std::env::var("HOSTNAME").ok());
+        Some(ServingCert::load(&source).context("the metrics server's certificate")?)
+    } else {
+        None
+    };
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -84,30 +106,24 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
     .await
     .context("unable to load the IPAM kubeconfig")?;
 
+    let reviewer = cell.clone();
     let controller = Controller::new(settings, cell, ipam, metrics)?;
-    let router = admin::router(controller.handle(), Arc::new(registry));
+    let handle = controller.handle();
+    let registry = Arc::new(registry);
 
     let stop = CancellationToken::new();
     // Rotated credentials are picked up while running.
     for follower in cell_follower.into_iter().chain([ipam_follower]) {
         tokio::spawn(follower.run(stop.clone()));
     }
-    let mut servers = Vec::new();
-    let mut bound = Vec::new();
-    for addr in [metrics_addr, probe_addr].into_iter().flatten() {
-        if bound.contains(&addr) {
-            continue;
-        }
-        bound.push(addr);
-        let listener = admin::bind(addr).await?;
-        info!(addr = %listener.local_addr()?, "serving /live, /ready and /metrics");
-        let stopped = stop.clone();
-        servers.push(tokio::spawn(admin::serve(
-            listener,
-            router.clone(),
-            async move { stopped.cancelled().await },
-        )));
-    }
+    let secure = serving.map(|(serving, follower)| {
+        tokio::spawn(follower.run(stop.clone()));
+        (
+            serving,
+            MetricsAuth::new(reviewer, handle.metrics().clone()),
+        )
+    });
+    let servers = serve_admin(metrics_addr, probe_addr, secure, &handle, registry, &stop).await?;
 
     tokio::spawn({
         let stop = stop.clone();
@@ -123,6 +139,65 @@ async fn run(args: Args, settings: egress_address::Settings) -> anyhow::Result<(
         let _ = server.await;
     }
     Ok(())
+}
+
+/// Binds the admin addresses and serves them until `stop`. With `secure` (the certificate and
+/// the reviewer of `--metrics-secure`), the metrics address serves `/metrics` over HTTPS to those
+/// the cell vouches for, and the probe address only the health routes; without, both serve every
+/// route in the clear.
+async fn serve_admin(
+    metrics_addr: Option<SocketAddr>,
+    probe_addr: Option<SocketAddr>,
+    secure: Option<(Arc<ServingCert>, MetricsAuth)>,
+    handle: &Handle,
+    registry: Arc<Registry>,
+    stop: &CancellationToken,
+) -> anyhow::Result<Vec<JoinHandle<Result<(), egress_address::Error>>>> {
+    let stopped = || {
+        let stop = stop.clone();
+        async move { stop.cancelled().await }
+    };
+    let mut servers = Vec::new();
+    let Some((serving, auth)) = secure else {
+        let router = admin::router(handle.clone(), registry);
+        let mut bound = Vec::new();
+        for addr in [metrics_addr, probe_addr].into_iter().flatten() {
+            if bound.contains(&addr) {
+                continue;
+            }
+            bound.push(addr);
+            let listener = admin::bind(addr).await?;
+            info!(addr = %listener.local_addr()?, "serving /live, /ready and /metrics");
+            servers.push(tokio::spawn(admin::serve(
+                listener,
+                router.clone(),
+                stopped(),
+            )));
+        }
+        return Ok(servers);
+    };
+    if let Some(addr) = metrics_addr {
+        let listener = admin::bind(addr).await?;
+        info!(
+            addr = %listener.local_addr()?,
+            certificate_sha256 = %serving.fingerprint(),
+            "serving /metrics over HTTPS, to callers the cell authenticates and allows to get /metrics"
+        );
+        let router = metrics_auth::router(Arc::new(auth), registry);
+        servers.push(tokio::spawn(metrics_tls::serve(
+            listener,
+            router,
+            serving.server_config()?,
+            stopped(),
+        )));
+    }
+    if let Some(addr) = probe_addr {
+        let listener = admin::bind(addr).await?;
+        info!(addr = %listener.local_addr()?, "serving /live and /ready");
+        let router = admin::probe_router(handle.clone());
+        servers.push(tokio::spawn(admin::serve(listener, router, stopped())));
+    }
+    Ok(servers)
 }
 
 async fn shutdown_signal() {

@@ -135,13 +135,66 @@ pub struct LeaderArgs {
     pub identity: Option<String>,
 }
 
-/// The admin servers; each serves /live, /ready and /metrics. `0` turns one off.
+/// The admin servers; each serves /live, /ready and /metrics, unless `--metrics-secure` keeps
+/// /metrics to the metrics address. `0` turns one off.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct AdminArgs {
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080")]
     pub metrics_bind_address: String,
     #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
     pub health_probe_bind_address: String,
+    /// Serve /metrics over HTTPS, only to callers whose bearer token the cell authenticates
+    /// (TokenReview) and who may `get` the non-resource URL /metrics (SubjectAccessReview); the
+    /// probe address then serves the health routes alone. `--metrics-secure` or
+    /// `--metrics-secure=false`.
+    #[arg(
+        long,
+        env = "METRICS_SECURE",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = ArgAction::Set
+    )]
+    pub metrics_secure: bool,
+    /// Directory holding the metrics server's certificate and key; unset, a self-signed
+    /// certificate is made at start. Changed files are picked up while running.
+    #[arg(long, env = "METRICS_CERT_PATH", default_value = "")]
+    pub metrics_cert_path: String,
+    /// The certificate's file name in --metrics-cert-path.
+    #[arg(long, env = "METRICS_CERT_NAME", default_value = "tls.crt")]
+    pub metrics_cert_name: String,
+    /// The private key's file name in --metrics-cert-path.
+    #[arg(long, env = "METRICS_CERT_KEY", default_value = "tls.key")]
+    pub metrics_cert_key: String,
+}
+
+impl AdminArgs {
+    /// The certificate and key files of the secure metrics server, or `None` for a self-signed
+    /// one. A certificate directory without `--metrics-secure` is refused: it would be ignored,
+    /// and the metrics served in the clear.
+    pub fn metrics_cert_files(&self) -> Result<Option<(PathBuf, PathBuf)>, String> {
+        let dir = self.metrics_cert_path.trim();
+        if dir.is_empty() {
+            return Ok(None);
+        }
+        if !self.metrics_secure {
+            return Err("--metrics-cert-path needs --metrics-secure".into());
+        }
+        for (flag, name) in [
+            ("--metrics-cert-name", &self.metrics_cert_name),
+            ("--metrics-cert-key", &self.metrics_cert_key),
+        ] {
+            if name.trim().is_empty() {
+                return Err(format!("{flag} is required with --metrics-cert-path"));
+            }
+        }
+        let dir = PathBuf::from(dir);
+        Ok(Some((
+            dir.join(self.metrics_cert_name.trim()),
+            dir.join(self.metrics_cert_key.trim()),
+        )))
+    }
 }
 
 /// Pacing.
@@ -657,6 +710,59 @@ mod tests {
         ] {
             assert!(try_parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn secure_metrics_flags_read_as_controller_runtime_spells_them() {
+        let a = parse(&ALL);
+        assert!(
+            !a.admin.metrics_secure,
+            "plain, as the Go reference's flags ask"
+        );
+        assert_eq!(a.admin.metrics_cert_files(), Ok(None));
+        for (flag, secure) in [
+            ("--metrics-secure", true),
+            ("-metrics-secure", true),
+            ("--metrics-secure=true", true),
+            ("-metrics-secure=false", false),
+        ] {
+            let mut args = ALL.to_vec();
+            args.push(flag);
+            assert_eq!(parse(&args).admin.metrics_secure, secure, "{flag}");
+        }
+        let mut args = ALL.to_vec();
+        args.extend(["--metrics-secure", "-metrics-cert-path", "/certs"]);
+        assert_eq!(
+            parse(&args).admin.metrics_cert_files(),
+            Ok(Some((
+                PathBuf::from("/certs/tls.crt"),
+                PathBuf::from("/certs/tls.key")
+            )))
+        );
+        args.extend([
+            "--metrics-cert-name=cert.pem",
+            "--metrics-cert-key",
+            "key.pem",
+        ]);
+        assert_eq!(
+            parse(&args).admin.metrics_cert_files(),
+            Ok(Some((
+                PathBuf::from("/certs/cert.pem"),
+                PathBuf::from("/certs/key.pem")
+            )))
+        );
+        args.truncate(args.len() - 2);
+        args.push("--metrics-cert-key=");
+        assert_eq!(
+            parse(&args).admin.metrics_cert_files(),
+            Err("--metrics-cert-key is required with --metrics-cert-path".to_string())
+        );
+        let mut plain = ALL.to_vec();
+        plain.push("--metrics-cert-path=/certs");
+        assert_eq!(
+            parse(&plain).admin.metrics_cert_files(),
+            Err("--metrics-cert-path needs --metrics-secure".to_string())
+        );
     }
 
     #[test]

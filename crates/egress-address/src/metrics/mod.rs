@@ -115,6 +115,12 @@ struct DriftLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MetricsAuthLabels {
+    result: &'static str,
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
     controller: &'static str,
 }
@@ -321,6 +327,7 @@ pub struct Metrics {
     events_dropped: Counter,
     events_waiting: Gauge,
     reconcile_panics: Counter,
+    metrics_auth: Family<MetricsAuthLabels, Counter>,
     build_info: Family<BuildLabels, Gauge>,
     runtime: RuntimeSeries,
 }
@@ -424,6 +431,11 @@ impl Metrics {
             "Reconciles that panicked (a bug: report it); the shard is retried after its backoff",
             m.reconcile_panics.clone(),
         );
+        r.register(
+            "metrics_auth",
+            "Requests to /metrics served with --metrics-secure, by result (allowed, unauthenticated, forbidden, error) and by what decided it (header, cache, review)",
+            m.metrics_auth.clone(),
+        );
         m
     }
 
@@ -448,6 +460,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             events_waiting: Gauge::default(),
             reconcile_panics: Counter::default(),
+            metrics_auth: Family::default(),
             build_info: Family::default(),
             runtime: RuntimeSeries::new(),
         };
@@ -482,6 +495,14 @@ impl Metrics {
     pub fn transport_error(&self, plane: &'static str, cause: &'static str) {
         self.transport_errors
             .get_or_create(&TransportLabels { plane, cause })
+            .inc();
+    }
+
+    /// One request to the secure `/metrics`: how it was answered (`allowed`, `unauthenticated`,
+    /// `forbidden`, `error`) and what decided it (`header`, `cache`, `review`).
+    pub fn metrics_auth(&self, result: &'static str, source: &'static str) {
+        self.metrics_auth
+            .get_or_create(&MetricsAuthLabels { result, source })
             .inc();
     }
 

@@ -1,5 +1,7 @@
 //! The admin HTTP servers: `/live`, `/ready` and `/metrics` (plus the reference's `/healthz` and
 //! `/readyz`, which its Deployment probes), served on both the probe and the metrics address.
+//! With `--metrics-secure` the probe address serves only the health routes, and `/metrics` is
+//! served over HTTPS to callers the cell vouches for ([`super::metrics_auth`]).
 //!
 //! `/metrics` speaks OpenMetrics to a scraper that asks for it (Prometheus does), and the
 //! Prometheus text format to everyone else, as client_golang's handler does: `curl` and
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -29,13 +31,26 @@ struct AdminState {
 
 /// The admin routes for one controller.
 pub fn router(handle: Handle, registry: Arc<Registry>) -> Router {
+    health_routes()
+        .route("/metrics", get(metrics))
+        .with_state(AdminState { handle, registry })
+}
+
+/// The health routes alone: what the probe address serves when `/metrics` needs a credential,
+/// so that no port hands the metrics out without one.
+pub fn probe_router(handle: Handle) -> Router {
+    health_routes().with_state(AdminState {
+        handle,
+        registry: Arc::new(Registry::default()),
+    })
+}
+
+fn health_routes() -> Router<AdminState> {
     Router::new()
         .route("/live", get(live))
         .route("/healthz", get(live))
         .route("/ready", get(ready))
         .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        .with_state(AdminState { handle, registry })
 }
 
 async fn live() -> &'static str {
@@ -64,21 +79,24 @@ async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<AdminState>, headers: HeaderMap) -> impl IntoResponse {
+async fn metrics(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    metrics_response(&state.registry, &headers)
+}
+
+/// The registry's series, in the format the request's `Accept` prefers.
+pub fn metrics_response(registry: &Registry, headers: &HeaderMap) -> Response {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if wants_openmetrics(accept) {
-        (
-            [(header::CONTENT_TYPE, OPENMETRICS)],
-            encode(&state.registry),
-        )
+        ([(header::CONTENT_TYPE, OPENMETRICS)], encode(registry)).into_response()
     } else {
         (
             [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
-            encode_prometheus_text(&state.registry),
+            encode_prometheus_text(registry),
         )
+            .into_response()
     }
 }
 

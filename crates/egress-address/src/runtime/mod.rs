@@ -15,6 +15,8 @@ pub mod admin;
 pub mod events;
 pub mod leader;
 pub mod limiter;
+pub mod metrics_auth;
+pub mod metrics_tls;
 pub mod orphans;
 pub mod queue;
 pub mod readiness;

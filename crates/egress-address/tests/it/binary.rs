@@ -11,7 +11,11 @@ use crate::common::*;
 pub const BIN: &str = env!("CARGO_BIN_EXE_egress-address-controller");
 
 /// Env the controller reads; cleared so the host's environment cannot satisfy a required flag.
-const ENV: [&str; 9] = [
+const ENV: [&str; 13] = [
+    "METRICS_SECURE",
+    "METRICS_CERT_PATH",
+    "METRICS_CERT_NAME",
+    "METRICS_CERT_KEY",
     "ADDRESS_CLASS_IPV6",
     "CLAIM_NAMESPACE",
     "LOCATION",

@@ -6,6 +6,7 @@ mod events;
 mod invariants;
 mod lapse;
 mod layers;
+mod metrics_auth;
 mod observe;
 mod operations;
 mod orphans;
