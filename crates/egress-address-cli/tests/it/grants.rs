@@ -1,11 +1,13 @@
 //! The grants in `config/` are exactly enough: the controller, run against localplane with RBAC
 //! enforced using only the roles the cell kustomization builds and the Milo grant, addresses,
-//! adopts and releases shards without a single 403; and with any one verb removed from any rule,
-//! the controller is refused that verb (so every verb is needed). The same for the opt-in orphan
-//! sweep and its grant overlay.
+//! adopts and releases shards and decides who may read its secure `/metrics` without a single
+//! 403, and a scraper bound to the shipped reader role reads them; with any one verb removed
+//! from any rule, the controller is refused that verb, or the scraper its metrics (so every verb
+//! is needed). The same for the opt-in orphan sweep and its grant overlay.
 
 use std::time::{Duration, Instant};
 
+use egress_address::runtime::metrics_auth::MetricsAuth;
 use egress_address::{Controller, LeaderElection, Metrics, Settings};
 use egress_address_cli::fleet;
 use localplane::Identity;
@@ -20,6 +22,11 @@ use crate::common::{self, one_fleet_at_a_time};
 const CONTROLLER_NS: &str = "egress-address-system";
 const SA_USER: &str = "system:serviceaccount:egress-address-system:egress-address-controller";
 const MILO_USER: &str = "system:egress-address@cloud.datumapis.com";
+/// The service account a Prometheus scrapes with, bound to the shipped reader role as the
+/// runbook binds it.
+const SCRAPER_USER: &str = "system:serviceaccount:monitoring:prometheus";
+const SCRAPER_TOKEN: &str = "scraper-token";
+const READER_ROLE: &str = "egress-address-metrics-reader";
 
 struct Grants {
     cell: Vec<Value>,
@@ -86,10 +93,14 @@ impl Grants {
         g
     }
 
-    /// The resource and group of a rule, as localplane's counters name it.
+    /// The resource and group of a rule, as localplane's counters name it, or the URL of a
+    /// non-resource rule.
     fn resource(&self, (milo, d, r, _): &Verb) -> String {
         let docs = if *milo { &self.milo } else { &self.cell };
         let rule = &docs[*d]["rules"][*r];
+        if let Some(url) = rule["nonResourceURLs"][0].as_str() {
+            return url.to_string();
+        }
         let group = rule["apiGroups"][0].as_str().unwrap();
         let res = rule["resources"][0].as_str().unwrap();
         if group.is_empty() {
@@ -108,6 +119,9 @@ struct Outcome {
     released: bool,
     events_patched: bool,
     lease_renewed: bool,
+    /// How the scraper's last request for `/metrics` was answered (503: a review the cell
+    /// refused the controller).
+    scraped: Option<u16>,
     forbidden: Vec<(String, String, String)>,
 }
 
@@ -118,6 +132,7 @@ impl Outcome {
             && self.released
             && self.events_patched
             && self.lease_renewed
+            && self.scraped == Some(200)
             && self.orphan_released != Some(false)
     }
 }
@@ -135,18 +150,22 @@ fn ipam_claim(name: &str, shard: &str, reclaim: &str) -> Value {
 }
 
 /// Runs the controller with `grants` until the scenario completes or `stop` says so.
-/// `stop` looks at the refusals seen so far (one snapshot, the same the outcome reports). With
-/// `sweep`, the controller also runs the orphan sweep, and IPAM holds a claim of a shard this
-/// cell deleted while no controller ran.
-async fn scenario(
-    grants: &Grants,
-    sweep: bool,
-    stop: impl Fn(&[(String, String, String)]) -> bool,
-) -> Outcome {
+/// `stop` looks at the outcome so far (the refusals of one snapshot, the same the outcome
+/// reports). With `sweep`, the controller also runs the orphan sweep, and IPAM holds a claim of a
+/// shard this cell deleted while no controller ran.
+async fn scenario(grants: &Grants, sweep: bool, stop: impl Fn(&Outcome) -> bool) -> Outcome {
     let mut world = fleet::world()
         .namespace(CONTROLLER_NS)
         .identity(Identity::user("cell-sa", "sa-token", SA_USER))
         .identity(Identity::user("milo", "milo-token", MILO_USER))
+        .identity(Identity::user("scraper", SCRAPER_TOKEN, SCRAPER_USER))
+        .object(
+            "cell",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": "prometheus-reads-egress-address-metrics"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
+                   "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]}),
+        )
         .rbac(true);
     for d in &grants.cell {
         world = world.object("cell", d.clone());
@@ -217,13 +236,15 @@ async fn scenario(
         settings.release_orphaned_claims_every = Duration::from_millis(300);
     }
     let mut registry = prometheus_client::registry::Registry::default();
-    let controller = Controller::new(
-        settings,
-        cell_client,
-        ipam,
-        Metrics::register(&mut registry),
-    )
-    .unwrap();
+    let metrics = Metrics::register(&mut registry);
+    // The secure /metrics decides with the controller's own cell credential, as the binary does.
+    let metrics_auth = MetricsAuth::new(cell_client.clone(), metrics.clone());
+    let mut scrape = http::HeaderMap::new();
+    scrape.insert(
+        http::header::AUTHORIZATION,
+        format!("Bearer {SCRAPER_TOKEN}").parse().unwrap(),
+    );
+    let controller = Controller::new(settings, cell_client, ipam, metrics).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(controller.run(async move {
         let _ = rx.await;
@@ -232,7 +253,14 @@ async fn scenario(
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut deleted = false;
     let mut addressed = false;
+    let mut scraped = None;
     let outcome = loop {
+        if scraped != Some(200) {
+            scraped = Some(match metrics_auth.check(&scrape).await {
+                Ok(verdict) => verdict.status().as_u16(),
+                Err(_) => 503,
+            });
+        }
         let shard_of = |n: &str| running.cell().object(&shards_key(), Some(SHARD_NS), n);
         let address = |n: &str| {
             shard_of(n).map(|s| {
@@ -293,12 +321,13 @@ async fn scenario(
             released,
             events_patched,
             lease_renewed,
+            scraped,
             forbidden,
         };
         if Instant::now() > deadline {
             eprintln!("scenario timed out; requests: {:#?}", m.snapshot());
         }
-        if o.complete() || stop(&o.forbidden) || Instant::now() > deadline {
+        if o.complete() || stop(&o) || Instant::now() > deadline {
             break o;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -320,8 +349,8 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
     let grants = Grants::load(&kubectl);
     assert_eq!(
         grants.cell.len(),
-        4,
-        "ClusterRole, ClusterRoleBinding, Role, RoleBinding"
+        7,
+        "ClusterRole, ClusterRoleBinding, Role, RoleBinding; the reviews' ClusterRole and its binding; the reader role"
     );
 
     let full = scenario(&grants, false, |_| false).await;
@@ -344,30 +373,40 @@ async fn the_grants_are_enough_and_each_verb_is_needed() {
         "a repeated event aggregated (events patch)"
     );
     assert!(full.lease_renewed, "the lease renewed (leases update)");
+    assert_eq!(
+        full.scraped,
+        Some(200),
+        "the scraper read /metrics (tokenreviews and subjectaccessreviews create; get /metrics)"
+    );
 
     let verbs = grants.verbs();
     assert_eq!(
         verbs.len(),
-        4 + 2 + 1 + 3 + 3 + 1,
+        4 + 2 + 1 + 3 + 3 + 1 + 1 + 1 + 1,
         "every verb of every rule: {verbs:?}"
     );
     for verb in &verbs {
         let resource = grants.resource(verb);
         let reduced = grants.without(verb);
-        let refused = |forbidden: &[(String, String, String)]| {
-            forbidden
-                .iter()
-                .any(|(_, v, r)| *v == verb.3 && *r == resource)
+        // A verb of the controller's is refused to it by the cell; the reader's verb is refused
+        // to the scraper by the controller.
+        let refused = |o: &Outcome| {
+            if resource.starts_with('/') {
+                o.scraped == Some(403)
+            } else {
+                o.forbidden
+                    .iter()
+                    .any(|(_, v, r)| *v == verb.3 && *r == resource)
+            }
         };
         let o = scenario(&reduced, false, refused).await;
         assert!(
-            o.forbidden
-                .iter()
-                .any(|(_, v, r)| *v == verb.3 && *r == resource),
-            "without {} on {resource} the controller was never refused it, so the grant does not need it \
-             (forbidden: {:?}, complete: {})",
+            refused(&o),
+            "without {} on {resource} nobody was refused it, so the grant does not need it \
+             (forbidden: {:?}, scraped: {:?}, complete: {})",
             verb.3,
             o.forbidden,
+            o.scraped,
             o.complete()
         );
     }
@@ -399,7 +438,7 @@ async fn the_orphan_sweep_needs_its_overlay_and_nothing_more() {
             .iter()
             .any(|(_, v, r)| v == "list" && r == "ipclaims.ipam.miloapis.com")
     };
-    let without = scenario(&minimal, true, list_ipclaims).await;
+    let without = scenario(&minimal, true, |o| list_ipclaims(&o.forbidden)).await;
     assert!(
         list_ipclaims(&without.forbidden),
         "with the minimal grant alone the sweep was never refused its list: {:?}",

@@ -4,21 +4,29 @@
 //! installed Deployment starts it (its args and env, the Secret mounted where it says, the
 //! service account's credential for the cell), addressing a shard.
 //!
-//! Two substitutions, both of placeholders the runbook leaves to the operator: `<milo>` and
-//! `<platform-project>` become this localplane and its project, and `milo-admin.kubeconfig` is an
-//! admin kubeconfig for Milo. localplane has no Milo root above its projects, so that kubeconfig
-//! names the platform project's control plane, where the grant must hold for IPAM's checks.
+//! Then a Prometheus scrapes it as the runbook sets it up (its namespace labelled, its service
+//! account bound to the reader role): over HTTPS without verifying the self-signed certificate,
+//! as the shipped ServiceMonitor does, with its token; nobody else reads the metrics.
+//!
+//! The substitutions are of placeholders the runbook leaves to the operator: `<milo>` and
+//! `<platform-project>` become this localplane and its project, `<prometheus-namespace>` and
+//! `<prometheus-service-account>` the Prometheus's, and `milo-admin.kubeconfig` is an admin
+//! kubeconfig for Milo. localplane has no Milo root above its projects, so that kubeconfig names
+//! the platform project's control plane, where the grant must hold for IPAM's checks.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use egress_address_cli::fleet::locate_controller;
 use localplane::testing::{eventually, shards_key};
 use localplane::{Identity, LocalPlane};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{self, fenced_blocks, one_fleet_at_a_time, runbook_section};
 
@@ -29,6 +37,10 @@ const NAMESPACE: &str = "egress-address-system";
 const SA_USER: &str = "system:serviceaccount:egress-address-system:egress-address-controller";
 const MILO_USER: &str = "system:egress-address@cloud.datumapis.com";
 const SHARD_NS: &str = "galactic-system";
+const PROMETHEUS_NS: &str = "monitoring";
+const PROMETHEUS_SA: &str = "prometheus";
+const PROMETHEUS_USER: &str = "system:serviceaccount:monitoring:prometheus";
+const PROMETHEUS_TOKEN: &str = "prometheus-token";
 
 /// Splits one shell command line into words: whitespace separates, double quotes group, a
 /// trailing backslash continues the line. (The runbook's commands use nothing else.)
@@ -124,6 +136,12 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
         .identity(Identity::admin("admin", "admin-token"))
         .identity(Identity::user("sa", "sa-token", SA_USER))
         .identity(Identity::user("milo", "milo-token", MILO_USER))
+        .identity(Identity::user(
+            "prometheus",
+            PROMETHEUS_TOKEN,
+            PROMETHEUS_USER,
+        ))
+        .namespace(PROMETHEUS_NS)
         .rbac(true)
         .build()
         .unwrap();
@@ -180,6 +198,8 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
             let command = command
                 .replace("<milo>", milo)
                 .replace("<platform-project>", PROJECT)
+                .replace("<prometheus-namespace>", PROMETHEUS_NS)
+                .replace("<prometheus-service-account>", PROMETHEUS_SA)
                 .replace("<cell>", "cell-a");
             let mut argv = words(&command);
             assert_eq!(argv.remove(0), "kubectl", "{command}");
@@ -272,7 +292,7 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
                     &format!("--health-probe-bind-address=127.0.0.1:{probe}"),
                 )
                 .replace(
-                    "--metrics-bind-address=:8080",
+                    "--metrics-bind-address=:8443",
                     &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
                 )
         })
@@ -308,6 +328,26 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
         (!address.is_empty()).then_some(shard)
     })
     .await;
+
+    // The namespace the Prometheus runs in is labelled for the NetworkPolicy.
+    let ns = k.json(&["get", "namespace", PROMETHEUS_NS]);
+    assert_eq!(ns["metadata"]["labels"]["metrics"], "enabled", "{ns}");
+    // The kubelet's probe: plain, no credential.
+    assert_eq!(plain_get(probe, "/ready").await, 200);
+    // The Prometheus reads the metrics; nobody else does.
+    let (code, body) = scrape(metrics, "/metrics", Some(PROMETHEUS_TOKEN))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("egress_address_shards{"), "{body}");
+    let (code, _) = scrape(metrics, "/metrics", None).await.unwrap();
+    assert_eq!(code, 401);
+    let (code, body) = scrape(metrics, "/metrics", Some("sa-token")).await.unwrap();
+    assert_eq!(
+        code, 403,
+        "the controller's own account holds no reader role: {body}"
+    );
+
     let pid = child.id().expect("the controller is running").to_string();
     let _ = Command::new("kill").args(["-TERM", &pid]).status();
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
@@ -330,6 +370,111 @@ async fn the_install_as_the_runbook_writes_it_addresses_shards() {
         "the installed grants were not enough: {forbidden:#?}\n{logs}"
     );
     running.shutdown().await;
+}
+
+/// What the shipped ServiceMonitor's `insecureSkipVerify` does: the handshake's signatures are
+/// checked against the certificate shown, whoever issued it.
+#[derive(Debug)]
+struct SkipVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for SkipVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A GET over HTTPS as a Prometheus with `insecureSkipVerify` sends it: the status and body.
+async fn scrape(port: u16, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(SkipVerify(provider)))
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    // The server closes without a close_notify once it has answered.
+    let _ = tls.read_to_end(&mut buf).await;
+    answer(&buf)
+}
+
+fn answer(buf: &[u8]) -> Result<(u16, String), String> {
+    let text = String::from_utf8_lossy(buf).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP answer: {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((code, body.to_string()))
+}
+
+/// The status of a plain GET, as the kubelet probes.
+async fn plain_get(port: u16, path: &str) -> u16 {
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    tcp.read_to_end(&mut buf).await.unwrap();
+    answer(&buf).unwrap().0
 }
 
 fn write_shard(dir: &Path) -> PathBuf {

@@ -12,10 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
@@ -71,6 +73,7 @@ fn validate_all(docs: &[Value]) {
             "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(d)),
             "Role" => drop(typed::<Role>(d)),
             "RoleBinding" => drop(typed::<RoleBinding>(d)),
+            "NetworkPolicy" => drop(typed::<NetworkPolicy>(d)),
             "CustomResourceDefinition" => drop(typed::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(d)),
             "IPPool" => drop(typed::<egress_api::ipam::IPPool>(d)),
             "IPClass" => drop(typed::<egress_api::ipam::IPClass>(d)),
@@ -83,9 +86,10 @@ fn validate_all(docs: &[Value]) {
 
 /// Every kustomization in `config/` that can be built on its own (the components are built by
 /// the overlays: config/egress-address, and config/samples/monitoring for the optional two).
-const KUSTOMIZATIONS: [&str; 5] = [
+const KUSTOMIZATIONS: [&str; 6] = [
     "config/egress-address",
     "config/rbac",
+    "config/network-policy",
     "config/crd",
     "config/ipam",
     "config/samples/monitoring",
@@ -118,6 +122,15 @@ struct ScrapeEndpoint {
     path: Option<String>,
     scheme: Option<String>,
     interval: Option<String>,
+    bearer_token_file: Option<String>,
+    tls_config: Option<ScrapeTls>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScrapeTls {
+    insecure_skip_verify: Option<bool>,
+    server_name: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -179,6 +192,7 @@ fn the_cell_install_is_what_an_operator_expects() {
             "ClusterRoleBinding",
             "Deployment",
             "Namespace",
+            "NetworkPolicy",
             "Role",
             "RoleBinding",
             "Service",
@@ -264,6 +278,9 @@ fn the_cell_install_is_what_an_operator_expects() {
         "--platform-project=$(PLATFORM_PROJECT)",
         "--address-class-ipv6=$(ADDRESS_CLASS_IPV6)",
         "--ipam-kubeconfig=/etc/ipam-cluster/kubeconfig",
+        "--metrics-secure",
+        "--metrics-bind-address=:8443",
+        "--health-probe-bind-address=:8081",
     ] {
         assert!(
             args.contains(&flag.to_string()),
@@ -949,6 +966,20 @@ fn the_service_monitor_scrapes_the_metrics_port_of_the_controller() {
     let endpoint = &sm.spec.endpoints[..];
     assert_eq!(endpoint.len(), 1);
     assert_eq!(endpoint[0].path.as_deref(), Some("/metrics"));
+    // Over TLS, with the token of the service account Prometheus runs as, which the controller
+    // reviews; the certificate is self-signed unless one is mounted.
+    assert_eq!(endpoint[0].scheme.as_deref(), Some("https"));
+    assert_eq!(
+        endpoint[0].bearer_token_file.as_deref(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    assert_eq!(
+        endpoint[0]
+            .tls_config
+            .as_ref()
+            .and_then(|t| t.insecure_skip_verify),
+        Some(true)
+    );
     let port = svc
         .spec
         .as_ref()
@@ -972,6 +1003,17 @@ fn the_service_monitor_scrapes_the_metrics_port_of_the_controller() {
         .filter_map(|p| p.name.clone())
         .collect();
     assert!(container_ports.contains(target), "{container_ports:?}");
+    // ... on which the controller serves its metrics securely.
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    let number = container
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some(target.as_str()))
+        .unwrap()
+        .container_port;
+    assert_eq!(port.port, number);
+    assert_eq!(metrics_flag_port(container), Some(number));
     let selector = svc.spec.as_ref().unwrap().selector.clone().unwrap();
     let pod_labels = pod.metadata.unwrap().labels.unwrap();
     assert!(selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)));
@@ -1134,6 +1176,359 @@ fn every_alert_passes_promtool_and_fires_exactly_when_it_should() {
     assert_eq!(
         silent_when_healthy, alerts,
         "alerts checked silent on the healthy cell"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Who reaches the metrics: the secure port, the reader role, the NetworkPolicy.
+// ---------------------------------------------------------------------------------------------
+
+/// The port a `--<flag>=[host]:port` argument of the container binds.
+fn flag_port(c: &Container, flag: &str) -> Option<i32> {
+    c.args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix(&format!("--{flag}=")))?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn metrics_flag_port(c: &Container) -> Option<i32> {
+    flag_port(c, "metrics-bind-address")
+}
+
+type Labels = BTreeMap<String, String>;
+
+/// Whether a label selector selects `labels`, as the API server evaluates one (an empty
+/// selector selects everything).
+fn selects(selector: &LabelSelector, labels: &Labels) -> bool {
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => panic!("no label selector operator {other}"),
+        }
+    });
+    by_labels && by_expressions
+}
+
+/// A connection a NetworkPolicy is asked about: from a pod (its labels, and its namespace's
+/// labels and name) to a TCP port of a pod.
+struct Connection<'a> {
+    from_namespace: &'a str,
+    from_namespace_labels: &'a Labels,
+    from_pod_labels: &'a Labels,
+    to_pod_labels: &'a Labels,
+    to_port: i32,
+    /// The name the destination container gives that port, if any.
+    to_port_name: Option<&'a str>,
+}
+
+/// What `policy` (in namespace `ns`) says of `c`: `None` when it does not isolate the
+/// destination for ingress (it does not select the pod, or restricts only egress), else whether
+/// one of its ingress rules admits the connection. An `ipBlock` peer is taken to admit any
+/// source, as a pod's address may fall in it.
+fn admits(policy: &NetworkPolicy, ns: &str, c: &Connection<'_>) -> Option<bool> {
+    let spec = policy.spec.as_ref()?;
+    let types = spec
+        .policy_types
+        .clone()
+        .unwrap_or_else(|| vec!["Ingress".into()]);
+    if !types.iter().any(|t| t == "Ingress")
+        || !selects(
+            &spec.pod_selector.clone().unwrap_or_default(),
+            c.to_pod_labels,
+        )
+    {
+        return None;
+    }
+    let peer_matches = |peer: &k8s_openapi::api::networking::v1::NetworkPolicyPeer| {
+        if peer.ip_block.is_some() {
+            return true;
+        }
+        let namespace_ok = match &peer.namespace_selector {
+            Some(sel) => selects(sel, c.from_namespace_labels),
+            None => c.from_namespace == ns,
+        };
+        let pod_ok = peer
+            .pod_selector
+            .as_ref()
+            .is_none_or(|sel| selects(sel, c.from_pod_labels));
+        namespace_ok && pod_ok
+    };
+    let port_matches = |p: &k8s_openapi::api::networking::v1::NetworkPolicyPort| {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        if p.protocol.as_deref().unwrap_or("TCP") != "TCP" {
+            return false;
+        }
+        match &p.port {
+            None => true,
+            Some(IntOrString::Int(n)) => (*n..=p.end_port.unwrap_or(*n)).contains(&c.to_port),
+            Some(IntOrString::String(name)) => c.to_port_name == Some(name.as_str()),
+        }
+    };
+    Some(spec.ingress.iter().flatten().any(|rule| {
+        let from_ok = rule
+            .from
+            .as_ref()
+            .is_none_or(|f| f.is_empty() || f.iter().any(peer_matches));
+        let port_ok = rule
+            .ports
+            .as_ref()
+            .is_none_or(|p| p.is_empty() || p.iter().any(port_matches));
+        from_ok && port_ok
+    }))
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn the_policy_check_follows_the_network_policy_rules() {
+    static EMPTY: LazyLock<Labels> = LazyLock::new(Labels::new);
+    static APP: LazyLock<Labels> = LazyLock::new(|| labels(&[("app", "a")]));
+    static MON: LazyLock<Labels> = LazyLock::new(|| labels(&[("metrics", "enabled")]));
+    let policy = |spec: Value| -> NetworkPolicy {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+            .unwrap()
+    };
+    // From any pod of namespace `mon` (labelled as given) to a pod labelled app=a.
+    let to = |port, from_ns_labels: &'static Labels| Connection {
+        from_namespace: "mon",
+        from_namespace_labels: from_ns_labels,
+        from_pod_labels: &EMPTY,
+        to_pod_labels: &APP,
+        to_port: port,
+        to_port_name: (port == 8443).then_some("https"),
+    };
+
+    let by_namespace = policy(serde_json::json!({
+        "podSelector": {"matchLabels": {"app": "a"}}, "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}}],
+                     "ports": [{"port": 8443}]}]}));
+    assert_eq!(admits(&by_namespace, "ns", &to(8443, &MON)), Some(true));
+    assert_eq!(admits(&by_namespace, "ns", &to(8443, &EMPTY)), Some(false));
+    assert_eq!(admits(&by_namespace, "ns", &to(8081, &MON)), Some(false));
+    // By the port's name, and a range.
+    let named = policy(serde_json::json!({"podSelector": {},
+        "ingress": [{"ports": [{"port": "https"}]}]}));
+    assert_eq!(admits(&named, "ns", &to(8443, &EMPTY)), Some(true));
+    assert_eq!(admits(&named, "ns", &to(8081, &EMPTY)), Some(false));
+    let range = policy(serde_json::json!({"podSelector": {},
+        "ingress": [{"ports": [{"port": 8000, "endPort": 8100}]}]}));
+    assert_eq!(admits(&range, "ns", &to(8081, &EMPTY)), Some(true));
+    // A rule without `from` admits every source; an ipBlock may be anyone's address.
+    let anyone =
+        policy(serde_json::json!({"podSelector": {}, "ingress": [{"ports": [{"port": 8443}]}]}));
+    assert_eq!(admits(&anyone, "ns", &to(8443, &EMPTY)), Some(true));
+    let block = policy(serde_json::json!({"podSelector": {},
+        "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}));
+    assert_eq!(admits(&block, "ns", &to(8081, &EMPTY)), Some(true));
+    // A pod selector alone means pods of the policy's own namespace.
+    let same_namespace = policy(serde_json::json!({"podSelector": {},
+        "ingress": [{"from": [{"podSelector": {}}]}]}));
+    assert_eq!(admits(&same_namespace, "ns", &to(8443, &MON)), Some(false));
+    assert_eq!(admits(&same_namespace, "mon", &to(8443, &MON)), Some(true));
+    // No ingress rule isolates and admits nothing; an egress-only policy or another pod's does
+    // not isolate.
+    let closed = policy(serde_json::json!({"podSelector": {}, "policyTypes": ["Ingress"]}));
+    assert_eq!(admits(&closed, "ns", &to(8443, &MON)), Some(false));
+    let egress = policy(serde_json::json!({"podSelector": {}, "policyTypes": ["Egress"]}));
+    assert_eq!(admits(&egress, "ns", &to(8443, &MON)), None);
+    let other = policy(serde_json::json!({"podSelector": {"matchLabels": {"app": "b"}}}));
+    assert_eq!(admits(&other, "ns", &to(8443, &MON)), None);
+    let expression = policy(serde_json::json!({"podSelector": {"matchExpressions": [
+        {"key": "app", "operator": "In", "values": ["a", "c"]}]}}));
+    assert_eq!(admits(&expression, "ns", &to(8443, &MON)), Some(false));
+}
+
+#[test]
+fn the_network_policy_admits_only_scrapes_from_monitoring_namespaces() {
+    let kubectl = common::kubectl();
+    let docs = common::kustomize(&kubectl, "config/egress-address");
+    let policy: NetworkPolicy = one_of_kind(&docs, "NetworkPolicy");
+    assert_eq!(policy.metadata.namespace.as_deref(), Some(CELL_NAMESPACE));
+    let dep: Deployment = one_of_kind(&docs, "Deployment");
+    let template = dep.spec.unwrap().template;
+    let pod_labels: Labels = template.metadata.unwrap().labels.unwrap();
+    let pod = template.spec.unwrap();
+    let c = &pod.containers[0];
+    let named = |name: &str| {
+        c.ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("container port {name}"))
+            .container_port
+    };
+    let (https, health) = (named("https"), named("health"));
+    assert_eq!(metrics_flag_port(c), Some(https));
+    assert_eq!(flag_port(c, "health-probe-bind-address"), Some(health));
+
+    let monitoring = labels(&[
+        ("metrics", "enabled"),
+        ("kubernetes.io/metadata.name", "monitoring"),
+    ]);
+    let elsewhere = labels(&[("kubernetes.io/metadata.name", "tenant")]);
+    let own = labels(&[("kubernetes.io/metadata.name", CELL_NAMESPACE)]);
+    let prometheus = labels(&[("app.kubernetes.io/name", "prometheus")]);
+    let ask = |from_namespace: &str, ns_labels: &Labels, port: i32| {
+        let name = c
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.container_port == port)
+            .and_then(|p| p.name.clone());
+        admits(
+            &policy,
+            CELL_NAMESPACE,
+            &Connection {
+                from_namespace,
+                from_namespace_labels: ns_labels,
+                from_pod_labels: &prometheus,
+                to_pod_labels: &pod_labels,
+                to_port: port,
+                to_port_name: name.as_deref(),
+            },
+        )
+    };
+    assert_eq!(
+        ask("monitoring", &monitoring, https),
+        Some(true),
+        "a scrape"
+    );
+    assert_eq!(
+        ask("tenant", &elsewhere, https),
+        Some(false),
+        "an unlabelled namespace"
+    );
+    assert_eq!(
+        ask(CELL_NAMESPACE, &own, https),
+        Some(false),
+        "its own namespace"
+    );
+    for port in [health, 8080, 9443, 1] {
+        assert_eq!(
+            ask("monitoring", &monitoring, port),
+            Some(false),
+            "port {port}"
+        );
+    }
+    // The probes go to the health port, which the policy does not admit: they come from the
+    // pod's node, which no NetworkPolicy restricts (the runbook says so, and what to do where a
+    // CNI does).
+    let probe_port = |probe: &Option<k8s_openapi::api::core::v1::Probe>| match &probe
+        .as_ref()?
+        .http_get
+        .as_ref()?
+        .port
+    {
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(n) => Some(named(n)),
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => Some(*n),
+    };
+    assert_eq!(probe_port(&c.liveness_probe), Some(health));
+    assert_eq!(probe_port(&c.readiness_probe), Some(health));
+    assert_ne!(health, https);
+    let health_doc = common::runbook_section("Health");
+    assert!(
+        health_doc.contains("NetworkPolicy") && health_doc.contains("node"),
+        "the runbook says why the probes pass the NetworkPolicy:\n{health_doc}"
+    );
+    // Nothing going out is restricted: the controller reaches the cell and IPAM.
+    assert_eq!(
+        policy.spec.as_ref().unwrap().policy_types.as_deref(),
+        Some(&["Ingress".to_string()][..])
+    );
+    let metrics_doc = common::runbook_section("Metrics (`/metrics`)");
+    assert!(
+        metrics_doc.contains("metrics=enabled"),
+        "the runbook names the label to put on the Prometheus namespace"
+    );
+}
+
+#[test]
+fn the_reader_role_grants_get_on_metrics_and_the_controller_may_ask_the_reviews() {
+    let kubectl = common::kubectl();
+    let docs = common::kustomize(&kubectl, "config/egress-address");
+    let named = |kind: &str, name: &str| -> Value {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+            .clone()
+    };
+    let reader: ClusterRole = typed(&named("ClusterRole", "egress-address-metrics-reader"));
+    let rules = reader.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        (rules[0].non_resource_urls.as_deref(), &rules[0].verbs[..]),
+        (
+            Some(&["/metrics".to_string()][..]),
+            &["get".to_string()][..]
+        )
+    );
+    assert!(rules[0].resources.is_none() && rules[0].api_groups.is_none());
+    // Bound by the operator to whoever scrapes; the install binds it to no one.
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"].as_str().unwrap().ends_with("Binding"))
+    {
+        assert_ne!(d["roleRef"]["name"], "egress-address-metrics-reader", "{d}");
+    }
+
+    let auth: ClusterRole = typed(&named("ClusterRole", "egress-address-metrics-auth"));
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = auth
+        .rules
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.api_groups.unwrap(), r.resources.unwrap(), r.verbs))
+        .collect();
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rules,
+        vec![
+            (
+                s(&["authentication.k8s.io"]),
+                s(&["tokenreviews"]),
+                s(&["create"])
+            ),
+            (
+                s(&["authorization.k8s.io"]),
+                s(&["subjectaccessreviews"]),
+                s(&["create"])
+            ),
+        ]
+    );
+    let binding: ClusterRoleBinding =
+        typed(&named("ClusterRoleBinding", "egress-address-metrics-auth"));
+    assert_eq!(binding.role_ref.name, "egress-address-metrics-auth");
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(
+        (
+            subjects[0].kind.as_str(),
+            subjects[0].name.as_str(),
+            subjects[0].namespace.as_deref()
+        ),
+        (
+            "ServiceAccount",
+            "egress-address-controller",
+            Some(CELL_NAMESPACE)
+        )
     );
 }
 

@@ -602,9 +602,13 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         kinds,
         [
             "clusterrole.rbac.authorization.k8s.io",
+            "clusterrole.rbac.authorization.k8s.io",
+            "clusterrole.rbac.authorization.k8s.io",
+            "clusterrolebinding.rbac.authorization.k8s.io",
             "clusterrolebinding.rbac.authorization.k8s.io",
             "deployment.apps",
             "namespace",
+            "networkpolicy.networking.k8s.io",
             "role.rbac.authorization.k8s.io",
             "rolebinding.rbac.authorization.k8s.io",
             "service",
@@ -636,7 +640,7 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         "{out}"
     );
     assert!(out.contains("ClusterIP"), "{out}");
-    assert!(out.contains("8080/TCP"), "{out}");
+    assert!(out.contains("8443/TCP"), "{out}");
 
     // Each kind prints the apiserver's columns.
     for (kind, want) in [
@@ -645,6 +649,7 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         ("sa", "NAME SECRETS AGE"),
         ("rolebinding", "NAME ROLE AGE"),
         ("role", "NAME CREATED AT"),
+        ("netpol", "NAME POD-SELECTOR AGE"),
     ] {
         let out = k.ok(&["get", kind, "-n", "egress-address-system"]).await;
         let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
