@@ -28,6 +28,19 @@ pub const PREFIX: &str = "egress_address";
 pub const DRIFT_MISSING: &str = "missing";
 pub const DRIFT_MISMATCH: &str = "mismatch";
 
+/// The (`result`, `source`) pairs of `egress_address_metrics_auth_total` that can occur: a
+/// request without a token is decided by its header alone, and only a review can fail.
+pub const METRICS_AUTH_OUTCOMES: [(&str, &str); 8] = [
+    ("unauthenticated", "header"),
+    ("unauthenticated", "cache"),
+    ("unauthenticated", "review"),
+    ("forbidden", "cache"),
+    ("forbidden", "review"),
+    ("allowed", "cache"),
+    ("allowed", "review"),
+    ("error", "review"),
+];
+
 /// Claim outcomes the shipped alerts watch.
 pub const ALERTED_OUTCOMES: [&str; 6] = [
     "Exhausted",
@@ -475,6 +488,13 @@ impl Metrics {
         }
         for kind in [DRIFT_MISSING, DRIFT_MISMATCH] {
             let _ = m.drift.get_or_create(&DriftLabels { kind: kind.into() });
+        }
+        // Every way a request for the secure /metrics can end, at zero: the first refusal or
+        // failed review shows in a rate() as it happens.
+        for (result, source) in METRICS_AUTH_OUTCOMES {
+            let _ = m
+                .metrics_auth
+                .get_or_create(&MetricsAuthLabels { result, source });
         }
         // Alerts take `increase()` of these; a series that first appears at 1 would hide its
         // first increment, so they exist at 0 from the start.

@@ -1,7 +1,7 @@
 //! The admin HTTP servers: `/live`, `/ready` and `/metrics` (plus the reference's `/healthz` and
 //! `/readyz`, which its Deployment probes), served on both the probe and the metrics address.
 //! With `--metrics-secure` the probe address serves only the health routes, and `/metrics` is
-//! served over HTTPS to callers the cell vouches for ([`super::metrics_auth`]).
+//! served over HTTPS to callers the cell vouches for (the `metrics_auth` module beside this one).
 //!
 //! `/metrics` speaks OpenMetrics to a scraper that asks for it (Prometheus does), and the
 //! Prometheus text format to everyone else, as client_golang's handler does: `curl` and

@@ -297,17 +297,25 @@ async fn only_callers_the_cell_vouches_for_read_the_metrics() {
     let (_, body) = https(&tls, p.metrics, "/metrics", Some(SCRAPER_TOKEN))
         .await
         .unwrap();
-    for (result, source) in [
-        ("unauthenticated", "header"),
-        ("unauthenticated", "review"),
-        ("forbidden", "review"),
-        ("allowed", "review"),
-        ("allowed", "cache"),
-        ("forbidden", "cache"),
+    // Counted before the answer is written, so this very request is in it.
+    for (result, source, expected) in [
+        ("unauthenticated", "header", 1.0),
+        ("unauthenticated", "review", 1.0),
+        ("forbidden", "review", 1.0),
+        ("allowed", "review", 1.0),
+        ("allowed", "cache", 6.0),
+        ("forbidden", "cache", 5.0),
+        ("error", "review", 0.0),
     ] {
-        let series =
-            format!("egress_address_metrics_auth_total{{result=\"{result}\",source=\"{source}\"}}");
-        assert!(body.contains(&series), "{series} in\n{body}");
+        let series = format!(
+            "egress_address_metrics_auth_total{{result=\"{result}\",source=\"{source}\"}} "
+        );
+        let count: f64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} in\n{body}"));
+        assert_eq!(count, expected, "{series}");
     }
     assert_eq!(
         presented(p.metrics).await,
