@@ -129,7 +129,7 @@ async fn presented(port: u16) -> Vec<u8> {
     seen.expect("the server presented a certificate")
 }
 
-fn pinned(cert: Vec<u8>) -> Arc<rustls::ClientConfig> {
+pub fn pinned(cert: Vec<u8>) -> Arc<rustls::ClientConfig> {
     client_config(Arc::new(Pinned {
         pin: Some(cert),
         seen: Mutex::new(None),
@@ -137,7 +137,7 @@ fn pinned(cert: Vec<u8>) -> Arc<rustls::ClientConfig> {
 }
 
 /// One GET over TLS as `localhost`; the status and the body, or why no answer came.
-async fn https(
+pub async fn https(
     config: &Arc<rustls::ClientConfig>,
     port: u16,
     path: &str,

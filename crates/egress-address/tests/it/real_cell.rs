@@ -527,3 +527,97 @@ async fn without_any_one_rule_the_controller_names_what_it_may_not_do_and_writes
     }
     real.stop().await.unwrap();
 }
+
+/// The bearer token in a kubeconfig the control plane wrote.
+fn token_of(kubeconfig: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap_or_else(|| panic!("no token in {}", kubeconfig.display()))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn who_may_read_the_secure_metrics_is_what_the_real_apiserver_says() {
+    use egress_address::runtime::metrics_auth::{self, MetricsAuth};
+    use egress_address::runtime::metrics_tls::{self, CertSource, ServingCert};
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+
+    let real = installed().await;
+    let admin = real.client(Identity::Admin).await.unwrap();
+    // The secure /metrics as the binary serves it, asking the real cell as the controller's
+    // ServiceAccount: the install's ClusterRole egress-address-metrics-auth must let it.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = egress_address::Metrics::register(&mut registry);
+    let reviewer = real.client(Identity::Controller).await.unwrap();
+    let auth = std::sync::Arc::new(MetricsAuth::new(reviewer, metrics));
+    let (serving, _) = ServingCert::load(&CertSource::SelfSigned {
+        names: vec!["localhost".into()],
+    })
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(metrics_tls::serve(
+        listener,
+        metrics_auth::router(auth, std::sync::Arc::new(registry)),
+        serving.server_config().unwrap(),
+        stop.clone().cancelled_owned(),
+    ));
+    let tls = crate::metrics_auth::pinned(serving.end_entity());
+    let get = |token: Option<String>| {
+        let tls = tls.clone();
+        async move {
+            crate::metrics_auth::https(&tls, port, "/metrics", token.as_deref())
+                .await
+                .unwrap()
+        }
+    };
+    let token = |who: Identity| Some(token_of(&real.kubeconfig(who)));
+
+    assert_eq!(get(None).await.0, 401);
+    assert_eq!(
+        get(Some("not-a-token-the-apiserver-issued".into())).await.0,
+        401
+    );
+    // Bound to the bootstrap view role, which grants no non-resource URL; and the controller
+    // itself, which holds only the reviews.
+    let (code, body) = get(token(Identity::Operator)).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("operator"), "{body}");
+    assert_eq!(get(token(Identity::Controller)).await.0, 403);
+    // system:masters may do anything.
+    let (code, body) = get(token(Identity::Admin)).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("egress_address_build_info{"), "{body}");
+
+    // The shipped reader role, bound as the runbook binds it to a scraper, lets the operator in
+    // once its refusal has expired from the cache.
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "operator-reads-egress-address-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "egress-address-metrics-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "operator"}]
+    }))
+    .unwrap();
+    let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    eventually(
+        30,
+        "the operator, now a reader, to get /metrics",
+        || async { (get(token(Identity::Operator)).await.0 == 200).then_some(()) },
+    )
+    .await;
+    bindings
+        .delete(
+            "operator-reads-egress-address-metrics",
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    stop.cancel();
+}
