@@ -710,6 +710,9 @@ pub fn zero_object(group: &str, kind: &str) -> Value {
             json!({"roleRef": {}})
         }
         ("", "Service") => json!({"spec": {}, "status": {"loadBalancer": {}}}),
+        ("authorization.k8s.io", "SelfSubjectAccessReview" | "SubjectAccessReview") => {
+            json!({"spec": {}, "status": {}})
+        }
         ("apps", "Deployment") => json!({
             "spec": {"template": {"metadata": {}, "spec": {}}, "strategy": {}},
             "status": {},
