@@ -30,6 +30,12 @@ pub const EXPLAINED: &[Explained] = &[
               in the stored (core v1) shape.",
     },
     Explained {
+        shape: "kc-core-events-by-object",
+        why: "as ctl-event-create: an Event written through events.k8s.io and read as core v1 \
+              (what `kubectl describe` lists) carries managedFields in the shape localplane \
+              stores, where the apiserver keeps the writer's events.k8s.io shape.",
+    },
+    Explained {
         shape: "ctl-whoami",
         why: "the test control plane's token file gives each identity a uid \
               (`testcluster-<name>`), which SelfSubjectReview reports; localplane's identities \

@@ -52,6 +52,8 @@ pub enum Error {
     Local(String),
     #[error("reading {path}: {message}")]
     Config { path: String, message: String },
+    #[error("a client with an unknown token: {0}")]
+    Client(String),
     #[error("preparing the {side} server: {what} answered {code}: {body}")]
     Prepare {
         side: &'static str,
@@ -73,6 +75,7 @@ impl Error {
             Error::Real(_) => "real",
             Error::Local(_) => "local",
             Error::Config { .. } => "config",
+            Error::Client(_) => "client",
             Error::Prepare { .. } => "prepare",
             Error::Request { .. } => "request",
         }
@@ -396,7 +399,7 @@ async fn real_config(cell: &RealCell) -> Result<kube::Config, Error> {
 fn nobody(mut config: kube::Config) -> Result<kube::Client, Error> {
     config.auth_info = Default::default();
     config.auth_info.token = Some(NOBODY_TOKEN.to_string().into());
-    kube::Client::try_from(config).map_err(|e| Error::Local(format!("a client: {e}")))
+    kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
 }
 
 /// The objects both servers start with, in order: the run's namespace, the controller's, and the

@@ -42,6 +42,7 @@ pub const STRATEGIC: &str = "application/strategic-merge-patch+json";
 pub const APPLY: &str = "application/apply-patch+yaml";
 pub const JSON_PATCH: &str = "application/json-patch+json";
 pub const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+pub const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
 
 /// The controller's namespace as the shipped kustomization names it.
 pub const SYSTEM_NAMESPACE: &str = "egress-address-system";
@@ -671,6 +672,52 @@ pub fn catalogue() -> Vec<Shape> {
             Admin,
             "DELETE",
             "/api/v1/namespaces/kube-system",
+        ),
+        Shape::new(
+            "kc-namespace-delete",
+            "kubectl",
+            Admin,
+            "DELETE",
+            "/api/v1/namespaces/{name}",
+        )
+        .given(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "{name}"}})),
+        Shape::new("kc-shards-metadata-only", "kubectl", Admin, "GET", SHARDS)
+            .query("fieldSelector=metadata.name%3D{name}")
+            .header("Accept", METADATA_LIST)
+            .given(shard0()),
+        Shape::new(
+            "kc-core-events-by-object",
+            "kubectl",
+            Admin,
+            "GET",
+            "/api/v1/namespaces/{ns}/events",
+        )
+        .query("fieldSelector=involvedObject.name%3Dshard-0%2CinvolvedObject.namespace%3D{ns}")
+        .given(event()),
+        Shape::new(
+            "kc-serviceaccount-create",
+            "kubectl",
+            Admin,
+            "POST",
+            "/api/v1/namespaces/{ns}/serviceaccounts",
+        )
+        .body(
+            JSON,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": "{name}", "namespace": "{ns}"}}),
+        ),
+        Shape::new(
+            "kc-secret-create-string-data",
+            "kubectl",
+            Admin,
+            "POST",
+            "/api/v1/namespaces/{ns}/secrets",
+        )
+        .body(
+            JSON,
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                               "metadata": {"name": "{name}", "namespace": "{ns}"},
+                               "stringData": {"token": "not-a-real-token"}}),
         ),
         // ConfigMaps, as the kubectl tests and the Python suite use them.
         Shape::new("py-configmap-create", "python", Admin, "POST", CONFIGMAPS)

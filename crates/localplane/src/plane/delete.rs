@@ -211,7 +211,11 @@ fn mark_deleting(txn: &mut Txn<'_>, key: &ResourceKey, old: &Value, ns: bool) ->
     {
         let m = meta::meta_mut(&mut obj);
         m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
-        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // The namespace registry marks a namespace terminating without a grace period, as the
+        // real apiserver showed; the generic registry gives other objects 0.
+        if !ns {
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
         // rest.BeforeDelete bumps generation when it sets deletionTimestamp.
         if let Some(g) = m.get("generation").and_then(Value::as_i64) {
             m.insert("generation".into(), json!(g + 1));

@@ -407,7 +407,7 @@ fn list(call: &Call) -> Result<Response, ApiError> {
     let mut meta = json!({"resourceVersion": res.rv.to_string()});
     if let Some(c) = &res.cont {
         meta["continue"] = json!(c);
-    } else if def.custom && call.shape != Shape::Table {
+    } else if def.custom && call.shape == Shape::Full {
         // A custom resource list is unstructured on the server: its empty `continue` is
         // written, where a built-in list's `omitempty` drops it.
         meta["continue"] = json!("");
