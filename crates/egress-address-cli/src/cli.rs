@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::{audit, bench, chaos, demo};
+use crate::{audit, bench, chaos, conformance, demo};
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +31,10 @@ pub enum Command {
     Bench(bench::BenchCli),
     /// Run the controller under injected faults and kills, then check the invariants.
     Chaos(chaos::ChaosArgs),
+    /// Replay every request shape the controller, this tool, kubectl and the Python client make
+    /// on localplane and on the real kube-apiserver, and compare the answers. Exits 0 when every
+    /// difference is explained, 1 when one is not, 2 when it could not run.
+    Conformance(conformance::ConformanceArgs),
     /// Print a completion script for a shell, e.g. `egress-address completions bash >
     /// /etc/bash_completion.d/egress-address`.
     Completions {
@@ -61,6 +65,7 @@ impl Cli {
             }
             Command::Audit(args) => ExitCode::from(audit::main(&args).await.code()),
             Command::Bench(args) => exit(bench::run(args).await.map(|()| true)),
+            Command::Conformance(args) => ExitCode::from(conformance::main(&args).await),
             Command::Chaos(args) => exit(chaos::main(args).await.map(|()| true)),
             Command::Demo(args) => {
                 init_logging();

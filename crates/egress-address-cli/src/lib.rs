@@ -17,6 +17,7 @@ pub mod audit;
 pub mod bench;
 pub mod chaos;
 pub mod cli;
+pub mod conformance;
 pub mod demo;
 pub mod fleet;
 mod table;

@@ -34,6 +34,11 @@ impl ApiError {
         })
     }
 
+    /// The same refusal with `details` naming `name`, `group` and `kind` (all empty: `{}`).
+    pub fn with_details(self, name: &str, group: &str, kind: &str) -> Self {
+        self.details(name, group, kind)
+    }
+
     fn details(mut self, name: &str, group: &str, kind: &str) -> Self {
         self.0.details = Some(StatusDetails {
             name: name.to_string(),

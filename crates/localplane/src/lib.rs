@@ -88,7 +88,7 @@
 //!
 //! Every create, update, patch and apply records `metadata.managedFields` as the apiserver's
 //! field manager does: one entry per manager (the `fieldManager` parameter, else the
-//! User-Agent up to its first `/`; kube-rs sends none, so its entries have no manager), with
+//! User-Agent up to its first `/`; kube-rs sends none, so its entries are `unknown`'s), with
 //! `operation` `Update` or `Apply`, `apiVersion`, `time` (moved only when the manager changed
 //! something), `fieldsType: FieldsV1`, the `FieldsV1` set, and `subresource: status` for status
 //! writes; at most ten `Update` entries, older ones merged into `ancient-changes`. An apply
@@ -148,11 +148,15 @@
 //!
 //! `preconditions.uid` and `preconditions.resourceVersion` are checked against the object when the
 //! delete is applied, under the plane's lock, on every path (IPAM's claim release included). A
-//! delete whose commit lands late (below) is checked then, not when it arrived, so it cannot
-//! remove a same-named object created in between. A mismatch is what the generic registry
-//! answers: 409, reason `Conflict`, details `{name, group, kind: <plural>}`, message
-//! `Operation cannot be fulfilled on <plural>.<group> "<name>": Precondition failed: UID in
-//! precondition: <want>, UID in object meta: <have>` (`ResourceVersion` likewise).
+//! mismatch is 409, reason `Conflict`. A delete applied as it arrives is refused as the
+//! registry's `BeforeDelete` refuses it: details `{name, group, kind: <Kind>}`, message
+//! `Operation cannot be fulfilled on <Kind>.<group> "<name>": the UID in the precondition (<want>)
+//! does not match the UID in record (<have>). The object might have been deleted and then
+//! recreated` (`ResourceVersion` likewise, `... might have been modified`). A delete whose commit
+//! lands late (below) is checked then, not when it arrived, so it cannot remove a same-named
+//! object created in between; that mismatch is the storage layer's: details kind the plural,
+//! message `... on <plural>.<group> "<name>": Precondition failed: UID in precondition: <want>,
+//! UID in object meta: <have>`.
 //!
 //! # Faults
 //!
@@ -200,10 +204,11 @@
 //! built-in kinds cover the kinds served; a struct they do not list is treated as untyped, and
 //! Events are owned in the shape they are stored in. Server-side apply does not upgrade
 //! client-side apply's `last-applied-configuration` ownership. A watch from a resourceVersion
-//! the plane has not reached does not wait for it. A precondition mismatch is always worded as
-//! the storage layer words it; the
-//! apiserver's earlier admission check (`the UID in the precondition (..) does not match the UID
-//! in record (..)`, details kind = the Kind) is not reproduced. The cell has no `kube-public`
+//! the plane has not reached does not wait for it. Bootstrap RBAC policy is not served (a rules
+//! review lists only the stored roles and the self reviews), impersonation is checked with the
+//! legacy `impersonate` verbs only, and identities carry no uid. `egress-address conformance`
+//! compares localplane with the real kube-apiserver request shape by request shape; its
+//! explained differences are in docs/testing.md. The cell has no `kube-public`
 //! or `kube-node-lease` namespaces, and `kube-system` holds nothing.
 //!
 //! Built-in kinds are validated as far as this project's traffic and installs reach: Events,

@@ -106,6 +106,30 @@ pub fn validate_name(name: &str, label_only: bool) -> Vec<FieldError> {
     errs
 }
 
+/// `metadata.name` of the RBAC kinds: any path segment (`path.ValidatePathSegmentName`), so
+/// the bootstrap roles' `system:` names are valid, as the real apiserver showed.
+pub fn validate_path_segment_name(name: &str) -> Vec<FieldError> {
+    let v = json!(name);
+    let mut errs = vec![];
+    if name == "." || name == ".." {
+        errs.push(FieldError::invalid(
+            "metadata.name",
+            &v,
+            format!("may not be '{name}'"),
+        ));
+    }
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            errs.push(FieldError::invalid(
+                "metadata.name",
+                &v,
+                format!("may not contain '{bad}'"),
+            ));
+        }
+    }
+    errs
+}
+
 /// A qualified name (`name` or `prefix/name`), with Go's messages for what is wrong with it.
 pub fn qualified_name_errors(v: &str) -> Vec<String> {
     const NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
@@ -264,5 +288,8 @@ mod tests {
         let errs = validate_name(&"a".repeat(64), true);
         assert!(!errs.is_empty());
         assert!(!validate_name("a.b", true).is_empty());
+        assert!(validate_path_segment_name("system:aggregate-to-view").is_empty());
+        assert_eq!(validate_path_segment_name("a/b%c").len(), 2);
+        assert_eq!(validate_path_segment_name("..").len(), 1);
     }
 }

@@ -147,8 +147,8 @@ fn allowed_by(a: &Applicable<'_>) -> String {
             "ServiceAccount {:?}",
             format!(
                 "{}/{}",
-                text(a.subject, "namespace"),
-                text(a.subject, "name")
+                text(a.subject, "name"),
+                text(a.subject, "namespace")
             )
         ),
         kind => format!("{kind} {:?}", text(a.subject, "name")),

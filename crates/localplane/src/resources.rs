@@ -158,6 +158,16 @@ impl ResourceDef {
         }
     }
 
+    /// Whether the apiserver keeps `metadata.generation` for the kind: custom resources, CRDs and
+    /// Deployments; the other built-ins served here (ConfigMap, Lease, Event, Namespace, ...) have
+    /// none, as the real apiserver showed.
+    pub fn tracks_generation(&self) -> bool {
+        matches!(
+            self.builtin,
+            None | Some(BuiltinKind::Deployment) | Some(BuiltinKind::CustomResourceDefinition)
+        )
+    }
+
     /// Whether the kind has a `/status` subresource in any version (the store treats status
     /// separation as a property of the kind).
     pub fn has_status(&self) -> bool {
@@ -487,6 +497,11 @@ impl Registry {
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
         let d = self.by_key.get(&ResourceKey::new(group, plural))?;
         d.version(version).map(|_| d.clone())
+    }
+
+    /// Whether a built-in kind is served in `group` (the core group is `""`).
+    pub fn has_builtin_in(&self, group: &str) -> bool {
+        self.by_key.values().any(|d| !d.custom && d.group == group)
     }
 
     pub fn all(&self) -> impl Iterator<Item = &Arc<ResourceDef>> {

@@ -408,6 +408,7 @@ impl PlaneTxn for Txn<'_> {
     fn put(&mut self, res: &ResourceKey, mut obj: Value) -> Value {
         let key = key_of(&obj);
         let has_status = self.registry.get(res).is_some_and(|d| d.has_status());
+        let tracks_generation = self.registry.get(res).is_none_or(|d| d.tracks_generation());
         let old = self.store.get(res, &key.0, &key.1).cloned();
         if let Some(def) = self.registry.get(res) {
             let api_version = def.api_version(&def.preferred().name);
@@ -437,6 +438,9 @@ impl PlaneTxn for Txn<'_> {
                 m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
                 m.insert("generation".into(), json!(1));
             }
+        }
+        if !tracks_generation {
+            meta::meta_mut(&mut obj).remove("generation");
         }
         (*self.write(res, obj)).clone()
     }

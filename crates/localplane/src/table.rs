@@ -14,6 +14,19 @@ pub enum IncludeObject {
     Object,
 }
 
+/// The description the apiserver gives an `Age` column: the OpenAPI text of
+/// `metadata.creationTimestamp`.
+const CREATION_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+/// The description of a built-in column, where the real apiserver has shown it.
+fn builtin_column_doc(kind: BuiltinKind, column: &str) -> &'static str {
+    match (kind, column) {
+        (_, "Age") => CREATION_DOC,
+        (BuiltinKind::Namespace, "Status") => "The status of the namespace",
+        _ => "",
+    }
+}
+
 fn columns(def: &ResourceDef, version: &str) -> Vec<PrinterColumn> {
     let custom = def
         .version(version)
@@ -26,7 +39,7 @@ fn columns(def: &ResourceDef, version: &str) -> Vec<PrinterColumn> {
         name: "Age".into(),
         type_: "date".into(),
         format: String::new(),
-        description: String::new(),
+        description: CREATION_DOC.into(),
         priority: 0,
         json_path: ".metadata.creationTimestamp".into(),
     }]
@@ -410,16 +423,26 @@ pub fn column_definitions(def: &ResourceDef, version: &str) -> Value {
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": NAME_DOC,
     })];
-    if let Some(p) = def.builtin.and_then(printer) {
+    if let Some((kind, p)) = def.builtin.and_then(|k| Some((k, printer(k)?))) {
         for (name, ty, priority) in p.columns {
-            defs.push(json!({"name": name, "type": ty, "format": "", "description": "", "priority": priority}));
+            let description = builtin_column_doc(kind, name);
+            defs.push(json!({"name": name, "type": ty, "format": "", "description": description, "priority": priority}));
         }
         return Value::Array(defs);
     }
     for c in columns(def, version) {
+        // A CRD's column without a description of its own is described by its path.
+        let description = if c.description.is_empty() {
+            format!(
+                "Custom resource definition column (in JSONPath format): {}",
+                c.json_path
+            )
+        } else {
+            c.description
+        };
         defs.push(json!({
             "name": c.name, "type": c.type_, "format": c.format,
-            "description": c.description, "priority": c.priority,
+            "description": description, "priority": c.priority,
         }));
     }
     Value::Array(defs)

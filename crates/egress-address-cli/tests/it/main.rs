@@ -11,6 +11,7 @@ mod bench;
 mod chaos;
 mod common;
 mod completions;
+mod conformance;
 mod demo;
 mod fleet_audit;
 mod grants;

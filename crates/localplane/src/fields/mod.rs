@@ -31,7 +31,8 @@ const MANAGER_MAX_LENGTH: usize = 128;
 const SUBRESOURCE_MAX_LENGTH: usize = 256;
 
 /// The manager a write is recorded under: `fieldManager`, else the client's User-Agent up to
-/// its first `/`, printable characters only, at most 128 bytes.
+/// its first `/`, printable characters only, at most 128 bytes; `unknown` when that leaves
+/// nothing (kube-rs sends no User-Agent, and the real apiserver records its writes so).
 pub(crate) fn manager_name(field_manager: Option<&str>, user_agent: &str) -> String {
     if let Some(m) = field_manager.filter(|m| !m.is_empty()) {
         return m.to_string();
@@ -43,6 +44,9 @@ pub(crate) fn manager_name(field_manager: Option<&str>, user_agent: &str) -> Str
             break;
         }
         out.push(c);
+    }
+    if out.is_empty() {
+        out.push_str("unknown");
     }
     out
 }
@@ -404,7 +408,7 @@ mod tests {
         );
         assert_eq!(manager_name(Some("mine"), "kubectl/v1.37.1"), "mine");
         assert_eq!(manager_name(Some(""), "kube-rs/1.0"), "kube-rs");
-        assert_eq!(manager_name(None, ""), "");
+        assert_eq!(manager_name(None, ""), "unknown");
         assert_eq!(manager_name(None, &"a".repeat(300)).len(), 128);
     }
 

@@ -723,6 +723,9 @@ pub fn zero_object(group: &str, kind: &str) -> Value {
         }
         ("", "Service") => json!({"spec": {}, "status": {"loadBalancer": {}}}),
         ("networking.k8s.io", "NetworkPolicy") => json!({"spec": {"podSelector": {}}}),
+        ("authorization.k8s.io", "SelfSubjectAccessReview" | "SubjectAccessReview") => {
+            json!({"spec": {}, "status": {}})
+        }
         ("apps", "Deployment") => json!({
             "spec": {"template": {"metadata": {}, "spec": {}}, "strategy": {}},
             "status": {},

@@ -132,6 +132,7 @@ impl BuiltinKind {
 
     /// Fills in what the apiserver defaults (before validation, as its decoder does).
     pub fn apply_defaults(self, obj: &mut Value, old: Option<&Value>) {
+        drop_empty_omitempty(obj);
         match self {
             BuiltinKind::Deployment => install::default_deployment(obj),
             BuiltinKind::Service => install::default_service(obj, old),
@@ -187,5 +188,27 @@ impl BuiltinKind {
             },
             _ => crate::selector::METADATA_FIELDS,
         }
+    }
+}
+
+/// A built-in object passes through its Go type, whose `omitempty` maps and lists are dropped
+/// when empty: `data: {}` on a ConfigMap, `labels: {}`, `finalizers: []` are not stored, as the
+/// real apiserver showed. (Custom resources are stored as sent.)
+fn drop_empty_omitempty(obj: &mut Value) {
+    let is_empty = |v: &Value| {
+        v.as_object().is_some_and(|m| m.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
+    };
+    if let Some(o) = obj.as_object_mut() {
+        o.retain(|k, v| {
+            !(matches!(k.as_str(), "data" | "binaryData" | "stringData") && is_empty(v))
+        });
+    }
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, v| {
+            !(matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            ) && is_empty(v))
+        });
     }
 }

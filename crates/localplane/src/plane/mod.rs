@@ -24,7 +24,7 @@ use crate::store::Store;
 pub(crate) use delete::DeleteOpts;
 pub(crate) use read::ListQuery;
 pub use tally::Tally;
-pub(crate) use write::{FieldValidation, PatchKind, Target, WriteOpts, Written};
+pub(crate) use write::{FieldValidation, PatchKind, Target, WriteOpts, Written, created_fields};
 
 /// A control plane served by localplane. Cheap to clone; clones share the plane.
 #[derive(Clone)]
@@ -129,6 +129,12 @@ impl Plane {
         plural: &str,
     ) -> Option<Arc<ResourceDef>> {
         self.read().registry.lookup(group, version, plural)
+    }
+
+    /// Whether a built-in kind is served in `group`: the apiserver's own handlers answer an
+    /// unknown resource there with a Status; any other group falls through to a plain 404.
+    pub(crate) fn has_builtin_in(&self, group: &str) -> bool {
+        self.read().registry.has_builtin_in(group)
     }
 
     /// Forgets the watch history, so any watch resumed from an earlier resourceVersion is told

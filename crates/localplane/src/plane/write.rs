@@ -6,10 +6,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{Plane, PlaneState, crds};
-use crate::error::{ApiError, FieldError};
+use crate::error::{ApiError, FieldError, FieldErrorKind};
 use crate::fields;
 use crate::hooks::Caller;
-use crate::kinds;
+use crate::kinds::{self, BuiltinKind};
 use crate::meta;
 use crate::resources::ResourceDef;
 use crate::schema;
@@ -51,6 +51,24 @@ pub(crate) struct WriteOpts {
     /// Set only by a server-side apply, which computed the object's managedFields itself
     /// (requests leave it false).
     pub applied: bool,
+}
+
+/// The managedFields a create of `obj` by `opts`'s manager records, without storing anything
+/// (a review is answered with them).
+pub(crate) fn created_fields(
+    def: &ResourceDef,
+    version: &str,
+    obj: &Value,
+    opts: &WriteOpts,
+) -> Result<Option<Value>, ApiError> {
+    let manager = opts.manager();
+    fields::Writer {
+        def,
+        version,
+        status: false,
+        manager: &manager,
+    }
+    .update(None, obj, None)
 }
 
 impl WriteOpts {
@@ -184,18 +202,58 @@ fn validate(
             };
             *obj = schema::apply_defaults(schema_v, obj);
             let mut errs = schema::validate_structure(schema_v, obj);
-            if errs.is_empty()
-                && let Some(c) = v.compiled.as_deref()
+            if let Some(c) = v.compiled.as_deref()
+                && has_cel_rules(schema_v)
             {
-                errs = schema::validate_cel(c, obj, old);
+                // As the custom resource strategy does: an object without the shape its rules
+                // were written for is not evaluated, and says so; other errors do not stop them.
+                if errs.iter().any(|e| blocks_cel(e.kind)) {
+                    errs.push(FieldError::invalid(
+                        "<nil>",
+                        &Value::Null,
+                        "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                    ));
+                } else {
+                    errs.extend(schema::validate_cel(c, obj, old));
+                }
             }
             errs
         }
     };
     if errs.is_empty() {
-        Ok(())
+        return Ok(());
+    }
+    // An events.k8s.io Event is validated as the core Event it is stored as: the refusal
+    // names the kind without a group, as the real apiserver's does.
+    let group = if def.builtin == Some(BuiltinKind::EventsV1Event) {
+        ""
     } else {
-        Err(ApiError::invalid(&def.group, &def.kind, &name, &errs))
+        def.group.as_str()
+    };
+    Err(ApiError::invalid(group, &def.kind, &name, &errs))
+}
+
+/// The structural errors after which the apiserver does not evaluate a CRD's CEL rules.
+fn blocks_cel(kind: FieldErrorKind) -> bool {
+    matches!(
+        kind,
+        FieldErrorKind::NotSupported
+            | FieldErrorKind::Required
+            | FieldErrorKind::TooLong
+            | FieldErrorKind::TooMany
+            | FieldErrorKind::TypeInvalid
+    )
+}
+
+/// Whether a schema holds any `x-kubernetes-validations` rule.
+fn has_cel_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(m) => m.iter().any(|(k, v)| {
+            (k == "x-kubernetes-validations" && v.as_array().is_some_and(|a| !a.is_empty()))
+                || has_cel_rules(v)
+        }),
+        Value::Array(items) => items.iter().any(has_cel_rules),
+        _ => false,
     }
 }
 
@@ -378,7 +436,11 @@ impl Plane {
             ));
         }
         let is_ns = def.key() == namespaces_key();
-        let name_errs = meta::validate_name(&name, is_ns);
+        let name_errs = if def.group == "rbac.authorization.k8s.io" {
+            meta::validate_path_segment_name(&name)
+        } else {
+            meta::validate_name(&name, is_ns)
+        };
         if !name_errs.is_empty() {
             return Err(ApiError::invalid(&def.group, &def.kind, &name, &name_errs));
         }
@@ -399,7 +461,9 @@ impl Plane {
             let m = meta::meta_mut(&mut obj);
             m.insert("uid".into(), json!(meta::new_uid()));
             m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
-            m.insert("generation".into(), json!(1));
+            if def.tracks_generation() {
+                m.insert("generation".into(), json!(1));
+            }
         }
         validate(def, version, &mut obj, None)?;
         if !opts.applied {
@@ -418,6 +482,11 @@ impl Plane {
                     meta::meta_mut(&mut obj).remove("managedFields");
                 }
             }
+        }
+        // The namespace's own finalizer (the namespace controller removes it once the namespace
+        // is empty) is set by the create strategy, after the field manager: nobody owns it.
+        if is_ns && obj.pointer("/spec/finalizers").is_none() {
+            obj["spec"]["finalizers"] = json!(["kubernetes"]);
         }
         let serves = if crds::is_crd(def) {
             kinds::crd::established(&mut obj);
@@ -514,13 +583,14 @@ impl Plane {
         }
         let body_rv = meta::str_at(&obj, "/metadata/resourceVersion").to_string();
         if body_rv.is_empty() && require_rv {
+            // Worded as the custom resource storage words it: by plural, the value an integer.
             return Err(ApiError::invalid(
                 &def.group,
-                &def.kind,
+                &def.plural,
                 name,
                 &[FieldError::invalid(
                     "metadata.resourceVersion",
-                    &json!("0x0"),
+                    &json!(0),
                     "must be specified for an update",
                 )],
             ));
@@ -627,8 +697,20 @@ impl Plane {
                     }
                     _ => true,
                 });
-                json_patch::patch(&mut new, &ops)
-                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                json_patch::patch(&mut new, &ops).map_err(|e| {
+                    if matches!(e.kind, json_patch::PatchErrorKind::TestFailed) {
+                        // A failed `test` is answered with the generic 422 and empty details,
+                        // as the real apiserver showed.
+                        ApiError::new(
+                            422,
+                            "Invalid",
+                            "the server rejected our request due to an error in our request",
+                        )
+                        .with_details("", "", "")
+                    } else {
+                        ApiError::new(422, "Invalid", e.to_string())
+                    }
+                })?;
             }
             PatchKind::Merge => {
                 if !patch_value.is_object() {
@@ -758,7 +840,7 @@ impl Plane {
         } else {
             None
         };
-        if meta::spec_changed(&old, &new, def.has_status()) {
+        if def.tracks_generation() && meta::spec_changed(&old, &new, def.has_status()) {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)

@@ -73,6 +73,19 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         shared.record(&plane_name, &verb, &route.rest, resp.status().as_u16());
         return resp;
     };
+    // Outside the built-in groups the apiserver routes by CRD, and a resource no CRD serves
+    // falls through to Go's plain `404 page not found`, as the real apiserver showed.
+    if route
+        .plane
+        .lookup(&rp.group, &rp.version, &rp.plural)
+        .is_none()
+        && !route.plane.has_builtin_in(&rp.group)
+    {
+        let resp = plain_not_found();
+        let verb = parts.method.as_str().to_lowercase();
+        shared.record(&plane_name, &verb, &route.rest, resp.status().as_u16());
+        return resp;
+    }
     let query = Query::parse(parts.uri.query().unwrap_or(""));
     let verb = Verb::of(&parts.method, rp.name.is_some(), &query);
     let caller = Caller {

@@ -20,6 +20,7 @@ use super::routes::{Query, ResourcePath, Verb};
 use crate::error::ApiError;
 use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
 use crate::hooks::Caller;
+use crate::kinds::BuiltinKind;
 use crate::metrics::InFlight;
 use crate::plane::{
     DeleteOpts, FieldValidation, ListQuery, PatchKind, Plane, Target, WriteOpts, Written,
@@ -64,6 +65,8 @@ struct Call {
     user_agent: String,
     /// Addresses the `/status` subresource.
     status: bool,
+    /// Applied after a commit delay rather than as it arrived.
+    late_commit: bool,
 }
 
 impl Call {
@@ -152,7 +155,7 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
         verb: req.verb,
         resource: req.path.label(),
     };
-    let (call, decision) = match admit(req) {
+    let (mut call, decision) = match admit(req) {
         Ok(x) => x,
         Err(e) => return count.answer(Err(e)),
     };
@@ -186,6 +189,7 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     }
     count.shared.metrics.record_delayed_commit(&count.plane);
     let delay = decision.commit_delay;
+    call.late_commit = true;
     let late = count.clone();
     // Spawned, not awaited in place: axum drops this handler when the client disconnects, and
     // the commit must land anyway.
@@ -293,7 +297,16 @@ fn resolve(req: Request<'_>) -> Result<Call, ApiError> {
         query: req.query,
         content_type,
         status,
+        late_commit: false,
     })
+}
+
+/// A request for one namespace is a request in that namespace (the apiserver's RequestInfo says
+/// so), for RoleBindings there and for the wording of a denial.
+fn namespace_named<'a>(def: &ResourceDef, name: Option<&'a str>) -> Option<&'a str> {
+    (def.builtin == Some(BuiltinKind::Namespace))
+        .then_some(name)
+        .flatten()
 }
 
 /// RBAC from the plane's own roles and bindings, for whoever the request acts as, unless that
@@ -310,7 +323,11 @@ fn authorize(shared: &Shared, call: &Call) -> Result<(), ApiError> {
         group: &def.group,
         resource: &def.plural,
         subresource: call.path.sub.as_deref(),
-        namespace: call.path.namespace.as_deref(),
+        namespace: call
+            .path
+            .namespace
+            .as_deref()
+            .or(namespace_named(def, call.path.name.as_deref())),
         name: call.path.name.as_deref(),
     };
     if rbac::authorize(&call.plane.read().store, &attrs) {
@@ -393,6 +410,10 @@ fn list(call: &Call) -> Result<Response, ApiError> {
     let mut meta = json!({"resourceVersion": res.rv.to_string()});
     if let Some(c) = &res.cont {
         meta["continue"] = json!(c);
+    } else if def.custom && call.shape == Shape::Full {
+        // A custom resource list is unstructured on the server: its empty `continue` is
+        // written, where a built-in list's `omitempty` drops it.
+        meta["continue"] = json!("");
     }
     if let Some(n) = res.remaining {
         meta["remainingItemCount"] = json!(n);
@@ -517,7 +538,7 @@ fn warning_header(text: &str) -> String {
 
 fn review(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     let asked = parse_body(call, body)?;
-    let answer = review::answer(
+    let mut answer = review::answer(
         &call.def,
         &call.plane,
         call.rbac,
@@ -525,6 +546,23 @@ fn review(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         &call.shared,
         asked,
     )?;
+    // An access review goes through the create handler's field manager before its REST storage
+    // answers it with the request, so it carries the writer's entry, as the real apiserver
+    // showed (the rules and self reviews answer with new objects that carry none).
+    if matches!(
+        call.def.builtin,
+        Some(BuiltinKind::SelfSubjectAccessReview | BuiltinKind::SubjectAccessReview)
+    ) {
+        let mut asked = answer.clone();
+        if let Some(o) = asked.as_object_mut() {
+            o.remove("status");
+        }
+        if let Some(list) =
+            crate::plane::created_fields(&call.def, &call.path.version, &asked, &call.write_opts())?
+        {
+            answer["metadata"]["managedFields"] = list;
+        }
+    }
     Ok(json_response(201, json_body(&answer)))
 }
 
@@ -592,7 +630,8 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let opts = delete_opts(body, call.write_opts().dry_run)?;
+    let mut opts = delete_opts(body, call.write_opts().dry_run)?;
+    opts.late_commit = call.late_commit;
     let out = call.plane.delete(
         &call.def,
         call.path.namespace.as_deref(),
@@ -612,7 +651,8 @@ fn delete_collection(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
             "the server does not allow this method on the requested resource",
         ));
     }
-    let opts = delete_opts(body, call.write_opts().dry_run)?;
+    let mut opts = delete_opts(body, call.write_opts().dry_run)?;
+    opts.late_commit = call.late_commit;
     let (labels, fields) = selectors(def, &call.query)?;
     let q = ListQuery {
         labels: &labels,

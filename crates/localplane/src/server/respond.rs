@@ -140,7 +140,19 @@ pub(crate) fn list_body(
         if i > 0 {
             buf.push(b',');
         }
-        serde_json::to_writer(&mut buf, &*as_version(def, version, it)).expect("value");
+        let item = as_version(def, version, it);
+        if def.custom {
+            serde_json::to_writer(&mut buf, &*item).expect("value");
+        } else {
+            // A built-in list is a typed Go list: its items carry no apiVersion or kind, as
+            // the real apiserver showed (a custom resource list is unstructured and keeps them).
+            let mut item = item.into_owned();
+            if let Some(o) = item.as_object_mut() {
+                o.remove("apiVersion");
+                o.remove("kind");
+            }
+            serde_json::to_writer(&mut buf, &item).expect("value");
+        }
     }
     buf.extend_from_slice(b"]}");
     Body::from(Bytes::from(buf))

@@ -256,9 +256,36 @@ pub(crate) fn answer(
         .ok_or_else(|| ApiError::bad_request("the body of the request must be a JSON object"))?;
     o.insert("apiVersion".into(), json!(def.api_version("v1")));
     o.insert("kind".into(), json!(def.kind));
-    let meta = o.entry("metadata").or_insert_with(|| json!({}));
-    if let Some(m) = meta.as_object_mut() {
-        m.insert("creationTimestamp".into(), Value::Null);
+    // What each review's REST storage answers, as the real apiserver showed: a rules review is a
+    // new object holding only its status; a self review a new object stamped now; an access
+    // review the request as decoded (empty attributes omitted) with its status.
+    match def.builtin {
+        Some(BuiltinKind::SelfSubjectRulesReview) => {
+            o.retain(|k, _| k == "apiVersion" || k == "kind");
+            o.insert("metadata".into(), json!({}));
+            o.insert("spec".into(), json!({}));
+        }
+        Some(BuiltinKind::SelfSubjectReview) => {
+            o.insert(
+                "metadata".into(),
+                json!({"creationTimestamp": crate::meta::now_rfc3339()}),
+            );
+        }
+        _ => {
+            let meta = o.entry("metadata").or_insert_with(|| json!({}));
+            if let Some(m) = meta.as_object_mut() {
+                m.remove("creationTimestamp");
+            }
+            for attributes in ["resourceAttributes", "nonResourceAttributes"] {
+                if let Some(a) = o
+                    .get_mut("spec")
+                    .and_then(|s| s.get_mut(attributes))
+                    .and_then(Value::as_object_mut)
+                {
+                    a.retain(|_, v| v.as_str() != Some(""));
+                }
+            }
+        }
     }
     o.insert("status".into(), status);
     Ok(review)
