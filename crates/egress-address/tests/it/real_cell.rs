@@ -52,6 +52,21 @@ async fn installed() -> &'static RealCell {
     real
 }
 
+/// Settings of a controller `identity` watching `namespace`, electing its leader with a Lease
+/// in the install's namespace, on short timings.
+fn leading_in_install(identity: &str, namespace: &str) -> egress_address::Settings {
+    let mut s = settings();
+    s.identity = identity.into();
+    s.shard_namespace = Some(namespace.into());
+    s.leader_election = Some(egress_address::LeaderElection {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(400),
+        ..egress_address::LeaderElection::new(INSTALL_NAMESPACE)
+    });
+    s
+}
+
 async fn namespace(admin: &kube::Client, name: &str) {
     let ns: Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
@@ -109,16 +124,8 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
         });
     plane.retain_address(&earlier).await;
 
-    let mut s = settings();
-    s.identity = "real-cell-0".into();
-    s.shard_namespace = Some(NS.into());
+    let mut s = leading_in_install("real-cell-0", NS);
     s.drift_check_interval = Duration::from_millis(500);
-    s.leader_election = Some(egress_address::LeaderElection {
-        lease_duration: Duration::from_secs(4),
-        renew_deadline: Duration::from_secs(3),
-        retry_period: Duration::from_millis(500),
-        ..egress_address::LeaderElection::new(INSTALL_NAMESPACE)
-    });
     let ctl = start_counted(
         s,
         &real.kubeconfig(Identity::Controller),
@@ -463,15 +470,7 @@ async fn without_any_one_rule_the_controller_names_what_it_may_not_do_and_writes
             .await;
 
         let name = format!("less-{i}");
-        let mut s = settings();
-        s.identity = name.clone();
-        s.shard_namespace = Some(NS.into());
-        s.leader_election = Some(egress_address::LeaderElection {
-            lease_duration: Duration::from_secs(2),
-            renew_deadline: Duration::from_millis(1500),
-            retry_period: Duration::from_millis(300),
-            ..egress_address::LeaderElection::new(INSTALL_NAMESPACE)
-        });
+        let s = leading_in_install(&name, NS);
         let ctl = start_counted_unready(
             s,
             &real.kubeconfig(Identity::Controller),
