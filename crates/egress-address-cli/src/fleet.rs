@@ -93,6 +93,21 @@ pub fn controller_for_cli(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     locate_controller(explicit)
 }
 
+/// Whether controller binary `bin` knows `flag` (its `--help` lists it).
+pub fn knows_flag(bin: &Path, flag: &str) -> anyhow::Result<bool> {
+    let out = std::process::Command::new(bin)
+        .arg("--help")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} --help", bin.display()))?;
+    if !out.status.success() {
+        bail!("{} --help failed: {}", bin.display(), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .any(|word| word == flag))
+}
+
 /// How one controller process is started.
 #[derive(Clone, Debug)]
 pub struct ControllerSpec {
@@ -104,6 +119,9 @@ pub struct ControllerSpec {
     pub ipam_kubeconfig: PathBuf,
     pub log_dir: PathBuf,
     pub extra_args: Vec<String>,
+    /// Environment variables besides the kubeconfig, the name and the log level: a setting
+    /// given this way is ignored by a controller too old to know it, where a flag would stop it.
+    pub env: Vec<(String, String)>,
 }
 
 /// A controller child process.
@@ -129,6 +147,7 @@ impl ControllerSpec {
             ipam_kubeconfig: world.ipam_kubeconfig().to_path_buf(),
             log_dir: world.dir().join("logs"),
             extra_args: vec![],
+            env: vec![],
         }
     }
 
@@ -166,6 +185,7 @@ impl ControllerSpec {
                 "RUST_LOG",
                 std::env::var("BENCH_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -255,6 +275,16 @@ impl Controller {
     /// SIGCONT: a stopped process carries on from where it was halted.
     pub fn resume(&self) -> anyhow::Result<()> {
         signal(self.pid, "CONT")
+    }
+
+    /// SIGCONT at `at`, sent by a task of its own: on time however long the caller is busy.
+    pub fn resume_at(&self, at: Instant) {
+        let pid = self.pid;
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            // Gone by then (killed meanwhile) is no error: there is nothing left to wake.
+            let _ = signal(pid, "CONT");
+        });
     }
 
     /// SIGTERM, then SIGKILL after `grace`.

@@ -73,6 +73,9 @@ pub struct FaultRule {
     /// A plural (`egressshards`), a group-qualified plural (`egressshards.network.datumapis.com`),
     /// optionally with `/status`, or unset.
     pub resource: Option<String>,
+    /// Resources, spelled as `resource` is, that the rule never matches: a rule on every request
+    /// but the leader election's (`notResources: [leases.coordination.k8s.io]`), say.
+    pub not_resources: Vec<String>,
     /// Probability in [0, 1] that a matching request fails.
     pub error_rate: f64,
     /// HTTP code (400–599) of an injected `status` failure (500 if unset). kube's client retries
@@ -309,6 +312,9 @@ impl Faults {
             if !sel(&r.plane, &[plane])
                 || !sel(&r.verb, &[verb])
                 || !sel(&r.resource, &[resource, &qualified])
+                || r.not_resources
+                    .iter()
+                    .any(|x| x == resource || *x == qualified)
             {
                 continue;
             }
@@ -470,6 +476,21 @@ mod tests {
                 .failure
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_rule_skips_the_resources_it_names_not_to_match() {
+        let f = faults(
+            1,
+            vec![rule(
+                "{errorRate: 1, latencyMs: 5, notResources: [leases.coordination.k8s.io, ippools]}",
+            )],
+        );
+        let lease = f.decide("cell", "update", "coordination.k8s.io", "leases", true);
+        assert!(lease.failure.is_none() && lease.latency.is_zero());
+        assert!(decide(&f, "get", "ippools").failure.is_none());
+        let claim = decide(&f, "create", "ipclaims");
+        assert!(claim.failure.is_some() && !claim.latency.is_zero());
     }
 
     #[test]

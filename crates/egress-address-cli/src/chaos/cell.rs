@@ -1,5 +1,6 @@
 //! One cell of a chaos run: its world, its controllers and what is done to them (SIGKILL,
-//! SIGSTOP/SIGCONT), its shards and their churn, and the samples of who could act.
+//! SIGSTOP/SIGCONT, slow Lease renewals), its shards and their churn, the bounded-time
+//! judgements it is owed, and the samples of who could act.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use rand::rngs::StdRng;
 use serde::Serialize;
 
 use super::invariants::{Deletion, NAMESPACE, Sample};
+use super::lapse::{Judged, Owed};
 use crate::fleet::Fleet;
 
 /// The lease the controllers elect their leader with, in the cell's `default` namespace.
@@ -53,6 +55,18 @@ pub struct CellStats {
     /// Leaders paused until another controller had taken the lease: they woke with requests
     /// of a leader that was no more.
     pub pauses_past_lease: usize,
+    /// Phases of slow Lease renewals (each answered after the token it renews ran out).
+    pub slow_renewal_phases: usize,
+    /// Lease updates answered during them.
+    pub slow_renewals: u64,
+    /// Leaders SIGSTOPped for longer than the renew deadline and less than the lease.
+    pub short_pauses: usize,
+    /// Of those, the ones that woke still holding the lease.
+    pub short_pauses_within_lease: usize,
+    /// Shards made while a slow-renewal phase or a short pause was on.
+    pub made_during_lapses: usize,
+    /// Each lapse fault, as its judgement names it.
+    pub lapses: Vec<String>,
     /// 422 answers on egressshards: writes the API server had to refuse as write-once.
     pub write_once_rejections: u64,
     /// Controllers that exited without being killed (their logs say why).
@@ -61,9 +75,20 @@ pub struct CellStats {
 
 /// A stopped controller and what to check when it wakes.
 struct Pause {
+    at: Instant,
     until: Instant,
     /// The lease holder when it was stopped: itself, if it led.
     was_leader: bool,
+    /// Shorter than the lease: the leader is to wake still holding it.
+    within_lease: bool,
+}
+
+/// A slow-renewal phase under way.
+struct SlowRenewals {
+    since: Instant,
+    until: Instant,
+    /// The cell's Lease updates answered before the phase began.
+    updates_before: u64,
 }
 
 /// A shard to make again under its name.
@@ -87,6 +112,18 @@ pub struct Cell {
     pub live: BTreeMap<String, String>,
     /// Shard uid -> when the run deleted it.
     pub deleted: BTreeMap<String, Deletion>,
+    /// Shard uid -> when the run made it.
+    pub born: BTreeMap<String, Instant>,
+    /// Bounded-time judgements still to come, due in order of their faults' ends.
+    pub owed: Vec<Owed>,
+    /// How long after a lapse fault ends its judgement is due.
+    pub addressed_within: Duration,
+    /// When the run began, for the times the verdicts name.
+    pub run_start: Instant,
+    slow: Option<SlowRenewals>,
+    /// What the cell's fault configuration was last made with: its leases spared the run's
+    /// faults, its renewals slowed.
+    pub lease_faults: (bool, bool),
     ready: HashMap<String, bool>,
     paused: BTreeMap<String, Pause>,
     recreates: Vec<Recreate>,
@@ -94,6 +131,8 @@ pub struct Cell {
     restart_at: Option<Instant>,
     pub next_kill: Instant,
     pub next_pause: Instant,
+    pub next_slow_renewals: Instant,
+    pub next_short_pause: Instant,
     api: Api<EgressShard>,
 }
 
@@ -118,12 +157,20 @@ impl Cell {
             samples: vec![],
             live: BTreeMap::new(),
             deleted: BTreeMap::new(),
+            born: BTreeMap::new(),
+            owed: vec![],
+            addressed_within: Duration::from_secs(20),
+            run_start: Instant::now(),
+            slow: None,
+            lease_faults: (false, false),
             ready: HashMap::new(),
             paused: BTreeMap::new(),
             recreates: vec![],
             restart_at: None,
             next_kill: Instant::now(),
             next_pause: Instant::now(),
+            next_slow_renewals: Instant::now(),
+            next_short_pause: Instant::now(),
             api,
         }
     }
@@ -142,6 +189,10 @@ impl Cell {
             .context("a stored shard has a uid")?
             .to_string();
         self.live.insert(name.into(), uid.clone());
+        self.born.insert(uid.clone(), Instant::now());
+        if self.lapsing() {
+            self.stats.made_during_lapses += 1;
+        }
         Ok(uid)
     }
 
@@ -288,13 +339,19 @@ impl Cell {
     }
 
     /// SIGKILLs one running (not stopped) controller at random; sometimes every one, leaving the
-    /// cell without a controller for 0.5–2 s (deletes then go unseen, by design).
-    pub async fn kill(&mut self, rng: &mut StdRng) {
-        let running: Vec<String> = self.running().map(|c| c.name.clone()).collect();
+    /// cell without a controller for 0.5–2 s (deletes then go unseen, by design). With
+    /// `spare_leader`, only a controller that does not hold the lease.
+    pub async fn kill(&mut self, rng: &mut StdRng, spare_leader: bool) {
+        let holder = self.lease_holder();
+        let running: Vec<String> = self
+            .running()
+            .map(|c| c.name.clone())
+            .filter(|n| !(spare_leader && Self::holds(&holder, n)))
+            .collect();
         if running.is_empty() {
             return;
         }
-        let all = rng.random_bool(0.25);
+        let all = !spare_leader && rng.random_bool(0.25);
         let chosen = if all {
             running
         } else {
@@ -329,6 +386,7 @@ impl Cell {
     /// election.
     pub async fn restart_all(&mut self, elected: bool) -> anyhow::Result<()> {
         self.paused.clear();
+        self.end_slow_renewals();
         self.fleet.kill_all().await;
         self.restart_at = None;
         self.keep_running(elected)
@@ -350,28 +408,54 @@ impl Cell {
         }
     }
 
-    /// SIGSTOPs controller `name` for `length`.
-    pub fn pause(&mut self, name: &str, length: Duration, mid_write: bool) -> anyhow::Result<()> {
+    /// The running controller holding the lease, if any.
+    pub fn leader(&self) -> Option<String> {
+        let holder = self.lease_holder();
+        self.running()
+            .find(|c| Self::holds(&holder, &c.name))
+            .map(|c| c.name.clone())
+    }
+
+    /// SIGSTOPs controller `name` for `length`; `within_lease` for a leader that is to wake
+    /// still holding its lease.
+    pub fn pause(
+        &mut self,
+        name: &str,
+        length: Duration,
+        mid_write: bool,
+        within_lease: bool,
+    ) -> anyhow::Result<()> {
         let Some(c) = self.fleet.procs.iter().find(|c| c.name == name) else {
             return Ok(());
         };
         let was_leader = Self::holds(&self.lease_holder(), name);
         c.pause()?;
-        self.stats.pauses += 1;
+        let at = Instant::now();
+        if within_lease {
+            // Woken by a timer, not by the run's loop, whose tick can last seconds (a delete
+            // retried under faults): late, another controller would take the lease.
+            c.resume_at(at + length);
+            self.stats.short_pauses += 1;
+        } else {
+            self.stats.pauses += 1;
+        }
         if mid_write {
             self.stats.pauses_mid_write += 1;
         }
         self.paused.insert(
             name.into(),
             Pause {
-                until: Instant::now() + length,
+                at,
+                until: at + length,
                 was_leader,
+                within_lease,
             },
         );
         Ok(())
     }
 
-    /// SIGCONTs the stopped controllers whose time is up (all of them with `all`).
+    /// SIGCONTs the stopped controllers whose time is up (all of them with `all`); a short
+    /// pause has woken by its own timer already, and is judged from here.
     pub fn resume_due(&mut self, all: bool) -> anyhow::Result<()> {
         let now = Instant::now();
         let due: Vec<String> = self
@@ -383,7 +467,24 @@ impl Cell {
         let holder = self.lease_holder();
         for name in due {
             let p = self.paused.remove(&name).expect("listed above");
-            if p.was_leader && !Self::holds(&holder, &name) && !holder.is_empty() {
+            let still_holds = Self::holds(&holder, &name);
+            if p.within_lease {
+                if still_holds {
+                    self.stats.short_pauses_within_lease += 1;
+                }
+                let cause = format!(
+                    "{name} was stopped {:.1}–{:.1} s{}",
+                    self.since_start(p.at),
+                    self.since_start(p.until),
+                    if still_holds {
+                        ", within its lease"
+                    } else {
+                        " (another took the lease)"
+                    }
+                );
+                self.stats.lapses.push(cause.clone());
+                self.owe(cause, p.at);
+            } else if p.was_leader && !still_holds && !holder.is_empty() {
                 self.stats.pauses_past_lease += 1;
             }
             if let Some(c) = self.fleet.procs.iter().find(|c| c.name == name) {
@@ -391,6 +492,107 @@ impl Cell {
             }
         }
         Ok(())
+    }
+
+    fn since_start(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.run_start).as_secs_f64()
+    }
+
+    /// Owes a judgement, due [`Cell::addressed_within`] from now, of every shard live now: `cause`
+    /// ended, having begun at `since`.
+    pub fn owe(&mut self, cause: String, since: Instant) {
+        self.owed.push(Owed {
+            due: Instant::now() + self.addressed_within,
+            cause,
+            since,
+            live: self.live.clone(),
+        });
+    }
+
+    /// The judgements due by `now` (all of them with `all`), taken from the cell.
+    pub fn owed_due(&mut self, now: Instant, all: bool) -> Vec<Owed> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.owed)
+            .into_iter()
+            .partition(|o| all || o.due <= now);
+        self.owed = later;
+        due
+    }
+
+    /// The cell as a judgement reads it.
+    pub fn judged(&self, index: usize) -> Judged<'_> {
+        Judged {
+            index,
+            label: &self.label,
+            world: &self.world,
+            live: &self.live,
+            born: &self.born,
+        }
+    }
+
+    /// Begins a phase of slow Lease renewals lasting `length`; the caller puts the fault rule in
+    /// place.
+    pub fn begin_slow_renewals(&mut self, length: Duration) {
+        let since = Instant::now();
+        self.slow = Some(SlowRenewals {
+            since,
+            until: since + length,
+            updates_before: self.lease_updates(),
+        });
+        self.stats.slow_renewal_phases += 1;
+    }
+
+    /// Whether a slow-renewal phase is on.
+    pub fn renewing_slowly(&self) -> bool {
+        self.slow.is_some()
+    }
+
+    /// Whether the slow-renewal phase under way is over by `now`.
+    pub fn slow_renewals_over(&self, now: Instant) -> bool {
+        self.slow.as_ref().is_some_and(|s| now >= s.until)
+    }
+
+    /// Ends the slow-renewal phase under way, if one is, and owes its judgement; the caller
+    /// lifts the fault rule.
+    pub fn end_slow_renewals(&mut self) {
+        let Some(s) = self.slow.take() else { return };
+        self.stats.slow_renewals += self.lease_updates() - s.updates_before;
+        let cause = format!(
+            "the slow lease renewals of {:.1}–{:.1} s",
+            self.since_start(s.since),
+            self.since_start(Instant::now())
+        );
+        self.stats.lapses.push(cause.clone());
+        self.owe(cause, s.since);
+    }
+
+    /// The cell's Lease updates answered so far.
+    fn lease_updates(&self) -> u64 {
+        self.world
+            .lp()
+            .metrics()
+            .count(|k| k.plane == "cell" && k.verb == "update" && k.resource.starts_with("leases."))
+    }
+
+    /// Whether a fault that lapses the leader's token quietly is on.
+    fn lapsing(&self) -> bool {
+        self.slow.is_some() || self.paused.values().any(|p| p.within_lease)
+    }
+
+    /// Whether a lapse fault is on or its judgement is still to come: the leader must then
+    /// neither be killed nor stopped past its lease (a new leader queues every shard and would
+    /// hide a lost trigger), and no other fault of the kind begins.
+    pub fn guarding_lapse(&self) -> bool {
+        self.lapsing() || !self.owed.is_empty()
+    }
+
+    /// Whether a lapse fault is due to begin by `now`.
+    pub fn lapse_due(&self, now: Instant) -> bool {
+        now >= self.next_slow_renewals.min(self.next_short_pause)
+    }
+
+    /// Whether any controller of the cell is stopped.
+    pub fn any_paused(&self) -> bool {
+        !self.paused.is_empty()
     }
 
     /// Whether this cell's leader is stopped right now: kills wait, so that the stop is what

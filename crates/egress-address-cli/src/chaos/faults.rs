@@ -13,6 +13,7 @@ pub const PLATFORM_PLANE: &str = "platform";
 pub const CELL_PLANE: &str = "cell";
 const CLAIMS: &str = "ipclaims.ipam.miloapis.com";
 const SHARDS: &str = "egressshards.network.datumapis.com";
+const LEASES: &str = "leases.coordination.k8s.io";
 
 /// What a client gets from a request that was applied and then failed.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +222,25 @@ impl FaultArgs {
     }
 }
 
+/// Every Lease update of a cell answered `latency_ms` late, and applied then: a leader's
+/// renewals that land, each after the token it renews ran out (see `lapse`).
+pub fn slow_lease_renewals(latency_ms: u64) -> FaultRule {
+    FaultRule {
+        plane: Some(CELL_PLANE.into()),
+        verb: Some("update".into()),
+        resource: Some(LEASES.into()),
+        latency_ms,
+        ..Default::default()
+    }
+}
+
+/// Keeps the Lease out of every rule of `cfg` that matches all resources.
+pub fn spare_leases(cfg: &mut FaultConfig) {
+    for r in cfg.rules.iter_mut().filter(|r| r.resource.is_none()) {
+        r.not_resources.push(LEASES.into());
+    }
+}
+
 /// What was injected, by plane (`cell a`, `cell b`, `platform`), from localplane's counters;
 /// and what the run did itself (latency spikes), or only configured (watch cuts, which
 /// localplane does not count: the watches per plane show them as re-watches).
@@ -234,6 +254,15 @@ pub struct FaultReport {
     pub watch_cut_after_seconds: Option<f64>,
     /// Shard watch requests per cell: one per controller start, the rest re-watches after a cut.
     pub shard_watches_by_cell: BTreeMap<String, u64>,
+    /// Slow-renewal phases, all cells.
+    pub slow_renewal_phases: usize,
+    /// Lease updates answered during those phases, each `slow_renewal_latency_ms` late.
+    pub slow_renewals: u64,
+    pub slow_renewal_latency_ms: u64,
+    /// Leaders stopped for less than their lease, all cells.
+    pub short_pauses: usize,
+    /// Of those, the ones that woke still holding the lease: the pause the fault is meant to be.
+    pub short_pauses_within_lease: usize,
 }
 
 impl FaultReport {
@@ -252,6 +281,11 @@ impl FaultReport {
             ("after-apply hang", t.after_apply.hang),
             ("delayed commit", t.delayed_commits),
             ("latency spike", self.latency_spikes as u64),
+            ("slow lease renewal", self.slow_renewals),
+            (
+                "leader paused within its lease",
+                self.short_pauses_within_lease as u64,
+            ),
         ]
         .into_iter()
         .filter(|(_, n)| *n == 0)
@@ -316,6 +350,46 @@ mod tests {
         assert!(has(&|r| r.latency_ms == 400));
         assert_eq!(cfg.watch_cut_after_seconds, Some(3.0));
         assert!(!a.config(1, false).rules.iter().any(|r| r.latency_ms > 0));
+        assert!(
+            !cfg.rules
+                .iter()
+                .any(|r| r.resource.as_deref() == Some(LEASES)),
+            "leases are slowed only by a slow-renewal phase"
+        );
+    }
+
+    #[test]
+    fn slow_renewals_delay_only_the_cells_lease_updates_and_fail_nothing() {
+        let r = slow_lease_renewals(1700);
+        let mut cfg = args(&[]).config(1, false);
+        cfg.rules.push(r.clone());
+        cfg.validate().unwrap();
+        assert_eq!(r.plane.as_deref(), Some(CELL_PLANE));
+        assert_eq!(r.verb.as_deref(), Some("update"));
+        assert_eq!(r.resource.as_deref(), Some("leases.coordination.k8s.io"));
+        assert_eq!(
+            (r.latency_ms, r.error_rate, r.commit_delay_ms),
+            (1700, 0.0, 0)
+        );
+
+        let mut spared = args(&[]).config(1, true);
+        let before = spared.clone();
+        spare_leases(&mut spared);
+        assert_eq!(spared.rules.len(), before.rules.len());
+        for (r, was) in spared.rules.iter().zip(&before.rules) {
+            if was.resource.is_none() {
+                assert_eq!(r.not_resources, [LEASES], "{r:?}");
+            } else {
+                assert_eq!(r, was, "a rule on one resource never matched leases");
+            }
+        }
+        assert!(
+            spared
+                .rules
+                .iter()
+                .any(|r| r.latency_ms > 0 && !r.not_resources.is_empty()),
+            "latency spikes spare the leases too"
+        );
     }
 
     #[test]
@@ -358,7 +432,7 @@ mod tests {
     #[test]
     fn a_kind_never_injected_is_named() {
         let mut r = FaultReport::default();
-        assert_eq!(r.missing_kinds().len(), 6);
+        assert_eq!(r.missing_kinds().len(), 8);
         let mut i = InjectedFaults::default();
         i.before_apply.status = 3;
         i.after_apply.status = 1;
@@ -366,6 +440,14 @@ mod tests {
         i.delayed_commits = 2;
         r.add("platform".into(), i);
         r.latency_spikes = 1;
+        r.slow_renewals = 4;
+        r.short_pauses = 2;
+        assert_eq!(
+            r.missing_kinds(),
+            ["after-apply hang", "leader paused within its lease"],
+            "a pause that let another take the lease is not this kind"
+        );
+        r.short_pauses_within_lease = 1;
         assert_eq!(r.missing_kinds(), ["after-apply hang"]);
         let mut j = InjectedFaults::default();
         j.after_apply.hang = 1;

@@ -8,6 +8,10 @@
 //!   incarnation of that cell;
 //! * no claim a live addressed shard references was ever deleted (or replaced under its name).
 //!
+//! Checked within a bounded time after a fault that lapses a leader's token quietly ends, and
+//! after the faults stop ([`unaddressed`], judged by `lapse::Promptness`): every shard live then
+//! is addressed.
+//!
 //! Checked once the faults stop and the controllers have settled, besides those four: every live
 //! shard addressed, no write the API server had to refuse as write-once, and no claim left for a
 //! deleted shard unless no controller was acting to see the delete, or the claim was created
@@ -621,6 +625,20 @@ pub struct Findings {
     pub sampled: Sampled,
     pub unaddressed: Vec<String>,
     pub leftovers: Leftovers,
+}
+
+/// Of the shard incarnations `expected` (name -> uid), those not stored addressed in `world`'s
+/// cell now: unaddressed, or not stored as that incarnation.
+pub fn unaddressed(world: &World, expected: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let cell = world.lp().cell();
+    expected
+        .iter()
+        .filter(|(name, uid)| {
+            cell.object(&shards_key(), Some(NAMESPACE), name)
+                .is_none_or(|s| uid_of(&s) != uid.as_str() || !is_addressed(&s))
+        })
+        .map(|(n, u)| (n.clone(), u.clone()))
+        .collect()
 }
 
 fn made_for(record: &Value, kind: &str, cell_id: &str, shard_uid: &str) -> bool {

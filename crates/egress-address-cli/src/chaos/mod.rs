@@ -8,15 +8,20 @@
 //! lease, then woken (SIGCONT) with its requests of a leader that is no more. Shards are made
 //! under the same names in both cells, deleted, and made again under their names, often while
 //! the earlier incarnation's release is still to come or in flight. Half the run elects a leader
-//! per cell, the rest (`--unelected-share`, half by default) runs two writers per cell.
+//! per cell, the rest (`--unelected-share`, half by default) runs two writers per cell. Under
+//! election, two faults end a leader's writes without telling it ([`lapse`]): phases of slow
+//! Lease renewals, and a leader stopped for less than its lease; shards are made during both.
 //!
 //! The invariants ([`invariants`]) are judged at every sample during the run and once more when
-//! the faults have stopped and the controllers have settled. Seeded: the same seed replays the
-//! same schedule of faults, kills, pauses and churn (timing on a loaded machine still varies).
+//! the faults have stopped and the controllers have settled; every live shard addressed is also
+//! judged a bounded time after each lapse fault ends and after the faults stop. Seeded: the same
+//! seed replays the same schedule of faults, kills, pauses and churn (timing on a loaded machine
+//! still varies).
 
 mod cell;
 mod faults;
 mod invariants;
+mod lapse;
 mod report;
 
 use std::path::PathBuf;
@@ -30,13 +35,24 @@ use rand::{Rng, SeedableRng};
 use crate::fleet::{self, ControllerSpec, Fleet, locate_controller};
 use cell::Cell;
 pub use cell::CellStats;
+use egress_address::config::duration::parse_duration;
 pub use faults::{FaultArgs, FaultReport, Outcome};
 use invariants::{CellFacts, CellRef, Observer, Planes, RunFacts};
 pub use invariants::{Leftovers, Sampled, Verdict};
+pub use lapse::LapseArgs;
+use lapse::{Election, Promptness};
 pub use report::ChaosReport;
 
 /// The controllers' lease, short so that a takeover fits in a bounded run.
 const LEASE: Duration = Duration::from_secs(3);
+const ELECTION: Election = Election {
+    lease: LEASE,
+    renew_deadline: Duration::from_secs(2),
+    retry_period: Duration::from_millis(500),
+};
+/// The controllers' sweep of unaddressed shards, by the environment variable that sets it.
+const SWEEP_ENV: &str = "EGRESS_ADDRESS_UNADDRESSED_SWEEP_INTERVAL";
+const SWEEP_FLAG: &str = "--unaddressed-sweep-interval";
 
 /// Options of `egress-address chaos`.
 #[derive(Args, Debug, Clone)]
@@ -95,6 +111,14 @@ pub struct ChaosArgs {
     /// (`--release-orphaned-claims-every`); unset, the sweep is off.
     #[arg(long, env = "CHAOS_RELEASE_ORPHANED_CLAIMS_EVERY")]
     pub release_orphaned_claims_every: Option<String>,
+    #[command(flatten)]
+    pub lapse: LapseArgs,
+    /// The controllers' --unaddressed-sweep-interval, given by its environment variable so that
+    /// a controller without the sweep starts too (it ignores the variable). The default 0 turns
+    /// the sweep off: it would queue a shard whose trigger was lost, and the bounded-time
+    /// judgement is of the triggers themselves.
+    #[arg(long, default_value = "0", value_parser = parse_duration, env = "CHAOS_CONTROLLER_SWEEP_INTERVAL")]
+    pub controller_sweep_interval: Duration,
     /// The egress-address-controller binary (default: next to this executable).
     #[arg(long, env = "CHAOS_CONTROLLER_BIN")]
     pub controller_bin: Option<PathBuf>,
@@ -124,6 +148,15 @@ impl ChaosArgs {
         anyhow::ensure!(
             self.churn_interval_ms > 0 && self.check_interval_ms > 0,
             "--churn-interval-ms and --check-interval-ms must be positive"
+        );
+        let timeout = Duration::from_millis(self.faults.request_timeout_ms()?);
+        self.lapse.validate(ELECTION, timeout)?;
+        anyhow::ensure!(
+            self.lapse.addressed_within_seconds < self.settle_seconds,
+            "--addressed-within-seconds {} must be shorter than --settle-seconds {} (the settle \
+             waits for the judgement of the end)",
+            self.lapse.addressed_within_seconds,
+            self.settle_seconds
         );
         Ok(())
     }
@@ -174,9 +207,11 @@ fn planes(cells: &[Cell]) -> Planes<'_> {
 pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     args.validate()?;
     let bin = locate_controller(args.controller_bin.as_deref())?;
+    let sweep_known = fleet::knows_flag(&bin, SWEEP_FLAG)?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let request_timeout = Duration::from_millis(args.faults.request_timeout_ms()?);
     let commit_delay = Duration::from_millis(args.faults.commit_delay_ms);
+    let within = args.lapse.addressed_within();
 
     let first = fleet::world().start().await?;
     let platform = first
@@ -187,14 +222,24 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         concurrency: args.concurrency,
         // Short lease and backoff: a takeover and a retry must fit in a bounded run.
         extra_args: vec![
-            format!("--leader-election-lease-duration={}s", LEASE.as_secs()),
-            "--leader-election-renew-deadline=2s".into(),
-            "--leader-election-retry-period=500ms".into(),
+            format!("--leader-election-lease-duration={}ms", LEASE.as_millis()),
+            format!(
+                "--leader-election-renew-deadline={}ms",
+                ELECTION.renew_deadline.as_millis()
+            ),
+            format!(
+                "--leader-election-retry-period={}ms",
+                ELECTION.retry_period.as_millis()
+            ),
             "--backoff-base=100ms".into(),
             "--backoff-cap=2s".into(),
             "--recheck-interval=2s".into(),
             format!("--request-timeout={}", args.faults.request_timeout),
         ],
+        env: vec![(
+            SWEEP_ENV.into(),
+            format!("{}ms", args.controller_sweep_interval.as_millis()),
+        )],
         ..ControllerSpec::new(&first, bin, "chaos-a")
     };
     if let Some(every) = &args.release_orphaned_claims_every {
@@ -225,17 +270,41 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         c.stats.shards_at_start = args.shards;
     }
 
-    let set_faults = |cells: &[Cell], seed: u64, spike: bool| {
-        for c in cells {
-            c.world.lp().faults().set(args.faults.config(seed, spike));
+    // Each cell's faults: the run's; while a lapse fault is on or to be judged, none on its
+    // leases but the slow renewals. A renewal that fails (or times out under a latency spike)
+    // tells the leader, which then looks at every shard again: a lost trigger would go unseen.
+    let faults_of = |c: &mut Cell, seed: u64, spike: bool| {
+        let spared = c.guarding_lapse();
+        let slow = c.renewing_slowly();
+        let mut cfg = args.faults.config(seed, spike);
+        if spared {
+            faults::spare_leases(&mut cfg);
+        }
+        if slow {
+            cfg.rules.push(faults::slow_lease_renewals(
+                args.lapse.slow_renewal_latency_ms,
+            ));
+        }
+        c.world.lp().faults().set(cfg);
+        c.lease_faults = (spared, slow);
+    };
+    // Whenever a cell's lapse faults change, at once: the judgement's clock runs from there.
+    let sync_faults = |cells: &mut [Cell], seed: u64, spike: bool| {
+        for c in cells.iter_mut() {
+            if c.lease_faults != (c.guarding_lapse(), c.renewing_slowly()) {
+                faults_of(c, seed, spike);
+            }
         }
     };
-    set_faults(&cells, args.seed, false);
+    for c in &mut cells {
+        faults_of(c, args.seed, false);
+    }
     let start = Instant::now();
     let total = Duration::from_secs(args.seconds.max(2));
     let switch = start + total.mul_f64(1.0 - args.unelected_share);
     let check_every = Duration::from_millis(args.check_interval_ms);
     let mut observer = Observer::new(start);
+    let mut prompt = Promptness::new(start, within);
     let mut elected = true;
     let mut created = 0usize;
     let mut next_churn = start;
@@ -243,13 +312,27 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let mut next_spike = start + Duration::from_millis(rng.random_range(500..3000));
     let mut spike_until: Option<Instant> = None;
     let mut spikes = 0usize;
-    for c in &mut cells {
+    for (i, c) in cells.iter_mut().enumerate() {
+        c.run_start = start;
+        c.addressed_within = within;
         c.next_kill = next_in(&mut rng, args.kills_per_minute)
             .map_or_else(far_future, |d| start + Duration::from_millis(1000) + d / 2);
         // The first pause early, so that one falls in the elected half even of a short run.
         c.next_pause = next_in(&mut rng, args.pauses_per_minute).map_or_else(far_future, |_| {
             start + Duration::from_millis(rng.random_range(2000..4000))
         });
+        // The first lapse fault once that pause has begun, the cells taking the two kinds in
+        // turns: each kind strikes under election even in a short run.
+        let early = start + Duration::from_millis(rng.random_range(4500..5500));
+        let (slow_at, short_at) = if i % 2 == 0 {
+            (early, early + Duration::from_secs(1))
+        } else {
+            (early + Duration::from_secs(1), early)
+        };
+        c.next_slow_renewals = next_in(&mut rng, args.lapse.slow_renewals_per_minute)
+            .map_or_else(far_future, |_| slow_at);
+        c.next_short_pause = next_in(&mut rng, args.lapse.short_pauses_per_minute)
+            .map_or_else(far_future, |_| short_at);
         c.keep_running(true)?;
     }
 
@@ -259,21 +342,38 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             elected = false;
             for c in &mut cells {
                 c.restart_all(false).await?;
+                faults_of(c, args.seed ^ nanos_since(start), spike_until.is_some());
             }
         }
         let now = Instant::now();
         for c in &mut cells {
             c.resume_due(false)?;
             if now >= c.next_kill && !c.leader_paused() {
-                c.kill(&mut rng).await;
+                // A lapse fault about to begin needs the leader as much as one under way.
+                let spare_leader = c.guarding_lapse() || (elected && c.lapse_due(now));
+                c.kill(&mut rng, spare_leader).await;
                 c.next_kill = next_in(&mut rng, args.kills_per_minute)
                     .map_or_else(far_future, |d| Instant::now() + d);
             }
             c.keep_running(elected)?;
             c.recreate_due(now)?;
+            if c.slow_renewals_over(now) {
+                c.end_slow_renewals();
+            }
         }
+        sync_faults(
+            &mut cells,
+            args.seed ^ nanos_since(start),
+            spike_until.is_some(),
+        );
         for c in &mut cells {
             if now >= c.next_pause {
+                if c.guarding_lapse() || (elected && c.lapse_due(now)) {
+                    // A takeover queues every shard: it would hide what the lapse lost. A lapse
+                    // fault due goes first, or a short run under election might have none.
+                    c.next_pause = now + Duration::from_millis(500);
+                    continue;
+                }
                 let length = Duration::from_millis(
                     rng.random_range(args.pause_ms * 4 / 5..=args.pause_ms * 6 / 5),
                 );
@@ -292,6 +392,16 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
                 };
             }
         }
+        if elected {
+            for i in 0..cells.len() {
+                next_lapse(&mut cells, i, args, switch, &mut created, &mut rng)?;
+                sync_faults(
+                    &mut cells,
+                    args.seed ^ nanos_since(start),
+                    spike_until.is_some(),
+                );
+            }
+        }
         if now >= next_churn {
             churn(&mut cells, args, &mut created, &mut rng).await?;
             let mean = args.churn_interval_ms;
@@ -299,10 +409,14 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
                 Instant::now() + Duration::from_millis(rng.random_range(mean / 3..=mean * 5 / 3));
         }
         if spike_until.is_some_and(|u| now >= u) {
-            set_faults(&cells, args.seed ^ nanos_since(start), false);
+            for c in &mut cells {
+                faults_of(c, args.seed ^ nanos_since(start), false);
+            }
             spike_until = None;
         } else if spike_until.is_none() && now >= next_spike && args.faults.latency_ms > 0 {
-            set_faults(&cells, args.seed ^ nanos_since(start), true);
+            for c in &mut cells {
+                faults_of(c, args.seed ^ nanos_since(start), true);
+            }
             spikes += 1;
             spike_until = Some(now + Duration::from_millis(rng.random_range(300..1200)));
             next_spike = now + Duration::from_millis(rng.random_range(2000..5000));
@@ -310,6 +424,12 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         for c in &mut cells {
             c.sample(elected).await;
         }
+        judge_due(&mut cells, &mut prompt, false);
+        sync_faults(
+            &mut cells,
+            args.seed ^ nanos_since(start),
+            spike_until.is_some(),
+        );
         if now >= next_check {
             observer.sample(&planes(&cells));
             next_check = now + check_every;
@@ -317,7 +437,8 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let fault_seconds = start.elapsed().as_secs_f64();
-    for c in &cells {
+    for c in &mut cells {
+        c.end_slow_renewals();
         c.world.lp().faults().clear();
     }
 
@@ -334,12 +455,17 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     for c in &mut cells {
         c.resume_due(true)?;
         c.recreate_due(far_future())?;
+        c.owe(
+            format!("the faults stopped at {fault_seconds:.1} s"),
+            Instant::now(),
+        );
     }
     loop {
         for c in &mut cells {
             c.keep_running(elected)?;
             c.sample(elected).await;
         }
+        judge_due(&mut cells, &mut prompt, false);
         if Instant::now() >= next_check {
             observer.sample(&planes(&cells));
             next_check = Instant::now() + check_every;
@@ -359,11 +485,31 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let settle_time = settle_start.elapsed();
+    // What is still owed is judged now: a settle that ran out outlasted every due time (checked:
+    // --addressed-within-seconds is shorter), and one that ended early found every shard addressed.
+    judge_due(&mut cells, &mut prompt, true);
+    let judged: Vec<_> = cells.iter().enumerate().map(|(i, c)| c.judged(i)).collect();
+    prompt.annotate_end(&judged);
+    drop(judged);
 
     let mut report = ChaosReport {
         seed: args.seed,
         fault_seconds,
         settle_time_seconds: settle_time.as_secs_f64(),
+        addressed_within_seconds: args.lapse.addressed_within_seconds,
+        controller_sweep: if sweep_known {
+            format!(
+                "{SWEEP_FLAG} {}ms{}",
+                args.controller_sweep_interval.as_millis(),
+                if args.controller_sweep_interval.is_zero() {
+                    " (off)"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            format!("none (the controller has no {SWEEP_FLAG})")
+        },
         ..Default::default()
     };
     for c in &mut cells {
@@ -371,12 +517,14 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     }
     let findings = observer.finish(&planes(&cells), &facts(&cells, late_window));
     report.invariants = findings.sampled;
+    report.addressed_in_time = prompt.verdict;
     report.unaddressed = findings.unaddressed;
     report.leftover_claims = findings.leftovers;
     report.faults.latency_spikes = spikes;
     report.faults.latency_ms = args.faults.latency_ms;
     report.faults.watch_cut_after_seconds =
         (args.faults.watch_cut_seconds > 0.0).then_some(args.faults.watch_cut_seconds);
+    report.faults.slow_renewal_latency_ms = args.lapse.slow_renewal_latency_ms;
     for c in &cells {
         let m = c.world.lp().metrics();
         for (plane, injected) in m.injected_faults_by_plane() {
@@ -391,6 +539,10 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             format!("cell {}", c.label),
             m.count(|k| k.verb == "watch" && k.resource.starts_with("egressshards.")),
         );
+        report.faults.slow_renewal_phases += c.stats.slow_renewal_phases;
+        report.faults.slow_renewals += c.stats.slow_renewals;
+        report.faults.short_pauses += c.stats.short_pauses;
+        report.faults.short_pauses_within_lease += c.stats.short_pauses_within_lease;
         report.cells.push(c.stats.clone());
     }
     let keep = args.keep_logs
@@ -446,13 +598,7 @@ async fn churn(
     let i = rng.random_range(0..cells.len());
     let few = cells[i].live.len() < 10;
     if few || roll >= args.recreate_share + args.delete_share {
-        let name = format!("late-{created}");
-        *created += 1;
-        for c in cells.iter_mut() {
-            c.create(&name)?;
-            c.stats.created += 1;
-        }
-        return Ok(());
+        return make_new(cells, created);
     }
     let c = &mut cells[i];
     let Some(name) = c.pick_live(rng) else {
@@ -472,6 +618,97 @@ async fn churn(
     Ok(())
 }
 
+/// Makes a shard under a new name in every cell.
+fn make_new(cells: &mut [Cell], created: &mut usize) -> anyhow::Result<()> {
+    let name = format!("late-{created}");
+    *created += 1;
+    for c in cells.iter_mut() {
+        c.create(&name)?;
+        c.stats.created += 1;
+    }
+    Ok(())
+}
+
+/// A fault that ends a leader's writes without telling it.
+#[derive(Debug, Clone, Copy)]
+enum Lapse {
+    SlowRenewals,
+    ShortPause,
+}
+
+/// Begins cell `i`'s next lapse fault if one is due and the cell is free for it: no fault of
+/// the kind on or still to be judged, no controller stopped, a leader to lapse, and time to end
+/// it before the switch to two writers. The caller then puts the cell's faults in place.
+fn next_lapse(
+    cells: &mut [Cell],
+    i: usize,
+    args: &ChaosArgs,
+    switch: Instant,
+    created: &mut usize,
+    rng: &mut StdRng,
+) -> anyhow::Result<()> {
+    let now = Instant::now();
+    let c = &cells[i];
+    if !c.lapse_due(now) {
+        return Ok(());
+    }
+    let kind = if c.next_slow_renewals <= c.next_short_pause {
+        Lapse::SlowRenewals
+    } else {
+        Lapse::ShortPause
+    };
+    let (length, per_minute) = match kind {
+        Lapse::SlowRenewals => (
+            Duration::from_secs(args.lapse.slow_renewal_seconds),
+            args.lapse.slow_renewals_per_minute,
+        ),
+        Lapse::ShortPause => (
+            Duration::from_millis(args.lapse.short_pause_ms),
+            args.lapse.short_pauses_per_minute,
+        ),
+    };
+    let leader = (!c.guarding_lapse() && !c.any_paused())
+        .then(|| c.leader())
+        .flatten();
+    let too_late = now + length + Duration::from_secs(1) > switch;
+    let c = &mut cells[i];
+    let slot = match kind {
+        Lapse::SlowRenewals => &mut c.next_slow_renewals,
+        Lapse::ShortPause => &mut c.next_short_pause,
+    };
+    if too_late {
+        // It could not end before the switch, which replaces every controller.
+        *slot = far_future();
+        return Ok(());
+    }
+    let Some(leader) = leader else {
+        // Still due: it begins at the first tick the cell is free, ahead of the other kind
+        // if that came due later, and long pauses and leader kills wait for it meanwhile.
+        return Ok(());
+    };
+    *slot = next_in(rng, per_minute).map_or_else(far_future, |d| now + length + d);
+    match kind {
+        Lapse::SlowRenewals => c.begin_slow_renewals(length),
+        Lapse::ShortPause => {
+            c.pause(&leader, length, false, true)?;
+            // Made while the leader is stopped: its event waits in the leader's watch until it
+            // wakes past its deadline (churn makes more).
+            make_new(cells, created)?;
+        }
+    }
+    Ok(())
+}
+
+/// Judges what the cells are owed by now (everything, with `all`).
+fn judge_due(cells: &mut [Cell], prompt: &mut Promptness, all: bool) {
+    let now = Instant::now();
+    for (i, c) in cells.iter_mut().enumerate() {
+        for owed in c.owed_due(now, all) {
+            prompt.judge(&c.judged(i), &owed);
+        }
+    }
+}
+
 /// Stops a cell's leader (any running controller without election) in the middle of its work:
 /// a shard is made again under its name, and as soon as the claim for the new incarnation has
 /// landed in IPAM (the shard's write is next) the controller is SIGSTOPped for `length`.
@@ -486,25 +723,26 @@ async fn pause_mid_write(
         return Ok(false);
     };
     let Some(name) = cell.pick_live(rng) else {
-        cell.pause(&target, length, false)?;
+        cell.pause(&target, length, false, false)?;
         return Ok(true);
     };
     cell.recreate(&name, Duration::ZERO).await?;
     let uid = cell.live.get(&name).cloned().unwrap_or_default();
     let landed = cell.claim_lands(&name, &uid, Duration::from_secs(2)).await;
-    cell.pause(&target, length, landed)?;
+    cell.pause(&target, length, landed, false)?;
     Ok(true)
 }
 
-/// The bounded options the CI test runs with: two cells of 60 shards, 24 s of faults at higher
-/// rates than the defaults (so each kind strikes in a short run), at most 30 s to settle.
+/// The bounded options the CI test runs with: two cells of 60 shards, 40 s of faults at higher
+/// rates than the defaults (so each kind strikes in a short run; the elected 60% holds a long
+/// pause and then a lapse fault in each cell), at most 30 s to settle.
 pub fn ci_options(seed: u64) -> ChaosArgs {
     ChaosArgs {
         seed,
         shards: 60,
         cells: 2,
-        seconds: 24,
-        unelected_share: 0.5,
+        seconds: 40,
+        unelected_share: 0.4,
         settle_seconds: 30,
         concurrency: 4,
         faults: FaultArgs {
@@ -527,6 +765,15 @@ pub fn ci_options(seed: u64) -> ChaosArgs {
         delete_share: 0.25,
         check_interval_ms: 400,
         release_orphaned_claims_every: None,
+        lapse: LapseArgs {
+            slow_renewals_per_minute: 2.0,
+            slow_renewal_seconds: 5,
+            slow_renewal_latency_ms: 1700,
+            short_pauses_per_minute: 4.0,
+            short_pause_ms: 2200,
+            addressed_within_seconds: 20,
+        },
+        controller_sweep_interval: Duration::ZERO,
         controller_bin: None,
         keep_logs: false,
     }
@@ -564,5 +811,46 @@ mod tests {
             .unwrap()
             .chaos;
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn the_lapse_faults_are_judged_before_the_settle_ends_with_the_sweep_off() {
+        let a = Cli::try_parse_from(["chaos"]).unwrap().chaos;
+        assert!(a.lapse.addressed_within_seconds < a.settle_seconds);
+        assert_eq!(a.controller_sweep_interval, Duration::ZERO);
+        let ci = ci_options(7);
+        assert!(ci.lapse.addressed_within_seconds < ci.settle_seconds);
+        assert!(ci.lapse.slow_renewals_per_minute > 0.0 && ci.lapse.short_pauses_per_minute > 0.0);
+        // The elected part holds the first long pause (at most 4 s + 6 s), then a slow-renewal
+        // phase and a second to spare.
+        let elected = ci.seconds as f64 * (1.0 - ci.unelected_share);
+        let pause_end = 4.0 + ci.pause_ms as f64 * 1.2 / 1000.0;
+        assert!(pause_end + ci.lapse.slow_renewal_seconds as f64 + 1.0 < elected);
+
+        let e = Cli::try_parse_from(["chaos", "--addressed-within-seconds=120"])
+            .unwrap()
+            .chaos
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "--addressed-within-seconds 120 must be shorter than --settle-seconds 120"
+            ),
+            "{e}"
+        );
+        let e = Cli::try_parse_from(["chaos", "--short-pause-ms=5000"])
+            .unwrap()
+            .chaos
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("--short-pause-ms 5000"), "{e}");
+        let sweep = Cli::try_parse_from(["chaos", "--controller-sweep-interval=90s"])
+            .unwrap()
+            .chaos;
+        assert_eq!(sweep.controller_sweep_interval, Duration::from_secs(90));
+        let e = Cli::try_parse_from(["chaos", "--controller-sweep-interval=soon"])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("--controller-sweep-interval"), "{e}");
     }
 }

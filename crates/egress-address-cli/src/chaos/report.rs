@@ -21,6 +21,12 @@ pub struct ChaosReport {
     pub faults: FaultReport,
     /// The four invariants judged at every sample and at the end.
     pub invariants: Sampled,
+    /// Every shard live when a lapse fault ended, or when the faults stopped, addressed within
+    /// `addressed_within_seconds`: one check per judgement, each late shard named once.
+    pub addressed_in_time: Verdict,
+    pub addressed_within_seconds: u64,
+    /// The controllers' sweep of unaddressed shards, as the run set it.
+    pub controller_sweep: String,
     /// Live shards without an address at the end (or not stored as the run left them).
     pub unaddressed: Vec<String>,
     pub leftover_claims: Leftovers,
@@ -37,6 +43,13 @@ impl ChaosReport {
             }
         };
         let i = &self.invariants;
+        list(
+            &format!(
+                "live shards not addressed within {} s of a lapse fault or of the faults' end",
+                self.addressed_within_seconds
+            ),
+            &self.addressed_in_time.violations,
+        );
         list("live shards without an address", &self.unaddressed);
         list(
             "addresses carried by more than one live shard",
@@ -112,6 +125,34 @@ impl ChaosReport {
                 "422s",
             ],
             &rows,
+        )?;
+        writeln!(out)?;
+        let rows: Vec<[String; 4]> = self
+            .cells
+            .iter()
+            .map(|c| {
+                [
+                    format!("cell {}", c.label),
+                    format!("{} ({})", c.slow_renewal_phases, c.slow_renewals),
+                    format!("{} ({})", c.short_pauses, c.short_pauses_within_lease),
+                    c.made_during_lapses.to_string(),
+                ]
+            })
+            .collect();
+        table::write(
+            out,
+            &[
+                "",
+                "slow renewal phases (renewals)",
+                "SIGSTOPs within the lease (woke holding it)",
+                "shards made meanwhile",
+            ],
+            &rows,
+        )?;
+        writeln!(
+            out,
+            "slow renewals answered after {} ms; the controllers' unaddressed sweep: {}",
+            self.faults.slow_renewal_latency_ms, self.controller_sweep
         )?;
         writeln!(out)?;
         let fault_row = |plane: &str, f: &InjectedFaults| -> [String; 8] {
@@ -208,7 +249,14 @@ impl ChaosReport {
                 &i.ref_mismatches,
             ),
             verdict("no claim of a live shard deleted", &i.deleted_live_claims),
-            plain("every live shard addressed", &self.unaddressed),
+            verdict(
+                &format!(
+                    "every live shard addressed within {} s of a lapse fault, and of the faults' end",
+                    self.addressed_within_seconds
+                ),
+                &self.addressed_in_time,
+            ),
+            plain("every live shard addressed at the end", &self.unaddressed),
             [
                 "no write-once rejection".to_string(),
                 "end".to_string(),
@@ -266,6 +314,9 @@ mod tests {
             deleted_live_claims: one("claim c was deleted while cell a x lived"),
         };
         r.unaddressed = vec!["cell a y".into()];
+        r.addressed_within_seconds = 20;
+        r.addressed_in_time =
+            one("cell a chaos/late-3 unaddressed 20 s after the slow lease renewals");
         r.leftover_claims.owed = vec!["claim z".into()];
         r.leftover_claims.unseen_delete = vec!["claim w".into()];
         r.cells = vec![CellStats {
@@ -274,11 +325,17 @@ mod tests {
             ..Default::default()
         }];
         let v = r.violations();
-        assert_eq!(v.len(), 7, "{v:?}");
+        assert_eq!(v.len(), 8, "{v:?}");
+        assert!(
+            v.iter()
+                .any(|l| l.starts_with("live shards not addressed within 20 s")
+                    && l.contains("chaos/late-3")),
+            "{v:?}"
+        );
         let mut out = vec![];
         r.write_summary(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert_eq!(text.matches("VIOLATED").count(), 7, "{text}");
+        assert_eq!(text.matches("VIOLATED").count(), 8, "{text}");
         assert!(
             text.contains("1 whose delete no controller was acting"),
             "{text}"

@@ -1,10 +1,13 @@
 //! The bounded chaos run CI makes: two cells of 60 shards under the same names claiming from one
 //! IPAM; on both planes failures before apply, requests applied whose answer is lost (5xx,
 //! reset, hang), delayed commits, latency and cut watches; SIGKILLs and a SIGSTOPped leader
-//! woken after its lease ran out; shards deleted and made again under their names. It asserts
-//! that every kind of fault and disruption actually happened, and that no invariant broke;
-//! never timings. Needs the `egress-address-controller` binary of the same profile (built by
-//! `cargo test --workspace`, or `cargo build -p egress-address`).
+//! woken after its lease ran out; under election a phase of slow Lease renewals and a leader
+//! stopped within its lease, with shards made during both; shards deleted and made again under
+//! their names. It asserts that every kind of fault and disruption actually happened, and that
+//! no invariant broke, every live shard addressed within the run's bound after each lapse fault
+//! and after the faults stop among them; never timings. Needs the `egress-address-controller`
+//! binary of the same profile (built by `cargo test --workspace`, or `cargo build -p
+//! egress-address`).
 
 use egress_address_cli::chaos;
 
@@ -19,6 +22,9 @@ async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn() {
     let mut summary = vec![];
     report.write_summary(&mut summary).unwrap();
     eprintln!("{}", String::from_utf8_lossy(&summary));
+    for c in &report.cells {
+        eprintln!("cell {} lapse faults: {:?}", c.label, c.lapses);
+    }
 
     // The run must actually have been chaotic, or passing proves nothing.
     let missing = report.faults.missing_kinds();
@@ -60,6 +66,10 @@ async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn() {
         "no stopped leader woke after another took its lease"
     );
     assert!(
+        report.cells.iter().any(|c| c.made_during_lapses > 0),
+        "no shard was made while a leader's writes lapsed"
+    );
+    assert!(
         report.cells.iter().all(|c| c.unexpected_exits.is_empty()),
         "a controller exited on its own: see its log in {:?}",
         report.log_dir
@@ -74,6 +84,12 @@ async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn() {
     ] {
         assert!(v.checks > 10, "judged only {} times", v.checks);
     }
+    // Once per lapse fault (a slow-renewal phase, a short pause) and once per cell at the end.
+    assert!(
+        report.addressed_in_time.checks >= report.cells.len() + 2,
+        "addressed in time judged only {} times",
+        report.addressed_in_time.checks
+    );
 
     assert!(
         report.violations().is_empty(),
