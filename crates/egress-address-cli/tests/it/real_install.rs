@@ -53,6 +53,8 @@ fn apply(real: &RealCell, how: &str, path: &Path) -> String {
 
 #[tokio::test]
 async fn every_cell_manifest_applies_server_side_to_the_real_apiserver() {
+    // The real control plane takes free ports as it starts: not while a fleet takes its own.
+    let _turn = common::one_fleet_at_a_time().await;
     let real = RealCell::shared()
         .await
         .expect("the real control plane starts");
