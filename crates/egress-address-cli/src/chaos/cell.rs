@@ -18,7 +18,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde::Serialize;
 
-use super::invariants::{Deletion, NAMESPACE, Sample};
+use super::invariants::{Deletion, NAMESPACE, Sample, unaddressed};
 use super::lapse::{Judged, Owed};
 use crate::fleet::Fleet;
 
@@ -124,6 +124,8 @@ pub struct Cell {
     /// What the cell's fault configuration was last made with: its leases spared the run's
     /// faults, its renewals slowed.
     pub lease_faults: (bool, bool),
+    /// Whether the cell was caught up for a lapse fault, and when that was read.
+    caught_up: Option<(Instant, bool)>,
     ready: HashMap<String, bool>,
     paused: BTreeMap<String, Pause>,
     recreates: Vec<Recreate>,
@@ -163,6 +165,7 @@ impl Cell {
             run_start: Instant::now(),
             slow: None,
             lease_faults: (false, false),
+            caught_up: None,
             ready: HashMap::new(),
             paused: BTreeMap::new(),
             recreates: vec![],
@@ -585,9 +588,33 @@ impl Cell {
         self.lapsing() || !self.owed.is_empty()
     }
 
-    /// Whether a lapse fault is due to begin by `now`.
-    pub fn lapse_due(&self, now: Instant) -> bool {
-        now >= self.next_slow_renewals.min(self.next_short_pause)
+    /// Whether a lapse fault is due to begin by `now` and the cell is caught up for it: every
+    /// shard made before the run, or longer than [`Cell::addressed_within`] ago, is addressed.
+    /// Otherwise a judgement would find the backlog late (the 500 shards of the start take a
+    /// while under the run's faults), not what the fault lost.
+    pub fn lapse_ready(&mut self, now: Instant) -> bool {
+        if now < self.next_slow_renewals.min(self.next_short_pause) {
+            return false;
+        }
+        // Read from the store at most twice a second: every live shard, each time.
+        if let Some((at, ready)) = self.caught_up
+            && now < at + Duration::from_millis(500)
+        {
+            return ready;
+        }
+        let old: BTreeMap<String, String> = self
+            .live
+            .iter()
+            .filter(|(_, uid)| {
+                self.born
+                    .get(*uid)
+                    .is_some_and(|b| *b < self.run_start || *b + self.addressed_within <= now)
+            })
+            .map(|(n, u)| (n.clone(), u.clone()))
+            .collect();
+        let ready = unaddressed(&self.world, &old).is_empty();
+        self.caught_up = Some((now, ready));
+        ready
     }
 
     /// Whether any controller of the cell is stopped.

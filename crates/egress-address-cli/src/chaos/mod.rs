@@ -350,7 +350,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             c.resume_due(false)?;
             if now >= c.next_kill && !c.leader_paused() {
                 // A lapse fault about to begin needs the leader as much as one under way.
-                let spare_leader = c.guarding_lapse() || (elected && c.lapse_due(now));
+                let spare_leader = c.guarding_lapse() || (elected && c.lapse_ready(now));
                 c.kill(&mut rng, spare_leader).await;
                 c.next_kill = next_in(&mut rng, args.kills_per_minute)
                     .map_or_else(far_future, |d| Instant::now() + d);
@@ -368,7 +368,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         );
         for c in &mut cells {
             if now >= c.next_pause {
-                if c.guarding_lapse() || (elected && c.lapse_due(now)) {
+                if c.guarding_lapse() || (elected && c.lapse_ready(now)) {
                     // A takeover queues every shard: it would hide what the lapse lost. A lapse
                     // fault due goes first, or a short run under election might have none.
                     c.next_pause = now + Duration::from_millis(500);
@@ -648,8 +648,8 @@ fn next_lapse(
     rng: &mut StdRng,
 ) -> anyhow::Result<()> {
     let now = Instant::now();
-    let c = &cells[i];
-    if !c.lapse_due(now) {
+    let c = &mut cells[i];
+    if !c.lapse_ready(now) {
         return Ok(());
     }
     let kind = if c.next_slow_renewals <= c.next_short_pause {
@@ -733,16 +733,17 @@ async fn pause_mid_write(
     Ok(true)
 }
 
-/// The bounded options the CI test runs with: two cells of 60 shards, 40 s of faults at higher
-/// rates than the defaults (so each kind strikes in a short run; the elected 60% holds a long
-/// pause and then a lapse fault in each cell), at most 30 s to settle.
+/// The bounded options the CI test runs with: two cells of 60 shards, 50 s of faults at higher
+/// rates than the defaults (so each kind strikes in a short run; the elected 70% holds a long
+/// pause, the first 60 shards worked off, and then a lapse fault in each cell), at most 30 s to
+/// settle.
 pub fn ci_options(seed: u64) -> ChaosArgs {
     ChaosArgs {
         seed,
         shards: 60,
         cells: 2,
-        seconds: 40,
-        unelected_share: 0.4,
+        seconds: 50,
+        unelected_share: 0.3,
         settle_seconds: 30,
         concurrency: 4,
         faults: FaultArgs {
