@@ -2,9 +2,11 @@
 // tests: etcd and kube-apiserver, both inside this one process.
 //
 //	testcluster --dir DIR [--port N] [--exit-on-stdin-close] [--ready-timeout D] [--v N]
+//	            [--apiserver-arg=--FLAG=VALUE ...]
 //
-// It writes admin.kubeconfig, controller.kubeconfig, operator.kubeconfig and
-// ca.crt into DIR, waits until /readyz answers 200, and then prints exactly one
+// It writes admin.kubeconfig, controller.kubeconfig, operator.kubeconfig,
+// ca.crt and etcd.url (etcd's client URL, plain HTTP on loopback, for tests
+// that compact its history) into DIR, waits until /readyz answers 200, and then prints exactly one
 // line to stdout, "ready https://127.0.0.1:PORT". Logs go to stderr. SIGTERM or
 // SIGINT (or the end of stdin, with --exit-on-stdin-close) stops the apiserver
 // and etcd and removes everything the program made outside DIR; a second
@@ -24,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -47,7 +50,10 @@ type harness struct {
 	port         int
 	readyTimeout time.Duration
 	verbosity    int
-	stdout       *os.File
+	// extraArgs go to the apiserver after the harness's own, so they
+	// override them (a test that needs watches served from etcd, say).
+	extraArgs []string
+	stdout    *os.File
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed on the first SIGTERM/SIGINT or end of stdin
@@ -66,11 +72,18 @@ func run() int {
 	stdinExit := fs.Bool("exit-on-stdin-close", false, "shut down when stdin reaches end of file")
 	fs.DurationVar(&h.readyTimeout, "ready-timeout", 120*time.Second, "how long to wait for /readyz")
 	fs.IntVar(&h.verbosity, "v", 0, "apiserver log verbosity (klog, to stderr)")
+	fs.Func("apiserver-arg", "one more kube-apiserver flag, as --FLAG=VALUE (repeatable)", func(arg string) error {
+		if !strings.HasPrefix(arg, "--") || !strings.Contains(arg, "=") {
+			return fmt.Errorf("%q is not of the form --FLAG=VALUE", arg)
+		}
+		h.extraArgs = append(h.extraArgs, arg)
+		return nil
+	})
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
 	if h.dir == "" || fs.NArg() != 0 {
-		logger.Print("usage: testcluster --dir DIR [--port N] [--exit-on-stdin-close] [--ready-timeout D] [--v N]")
+		logger.Print("usage: testcluster --dir DIR [--port N] [--exit-on-stdin-close] [--ready-timeout D] [--v N] [--apiserver-arg=--FLAG=VALUE ...]")
 		return 2
 	}
 
@@ -191,8 +204,12 @@ func (h *harness) serve(cmd interface {
 		return nil
 	}
 
-	cmd.SetArgs([]string{
-		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(ports[0]),
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	if err := os.WriteFile(filepath.Join(h.dir, "etcd.url"), []byte(etcdURL+"\n"), 0o600); err != nil {
+		return err
+	}
+	cmd.SetArgs(append([]string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--endpoint-reconciler-type=none",
@@ -209,7 +226,7 @@ func (h *harness) serve(cmd interface {
 		"--service-account-key-file=" + files.saKey,
 		"--service-account-signing-key-file=" + files.saKey,
 		"--v=" + strconv.Itoa(h.verbosity),
-	})
+	}, h.extraArgs...))
 	apiDone := make(chan error, 1)
 	started := time.Now()
 	go func() { apiDone <- cmd.Execute() }()

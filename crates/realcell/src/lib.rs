@@ -46,6 +46,8 @@ pub enum Error {
     Crd { path: String, message: String },
     #[error("stopping the control plane: {0}")]
     Stop(String),
+    #[error("compacting etcd's history: {0}")]
+    Compact(String),
 }
 
 impl Error {
@@ -58,6 +60,7 @@ impl Error {
             Error::Kubeconfig { .. } => "kubeconfig",
             Error::Crd { .. } => "crd",
             Error::Stop(_) => "stop",
+            Error::Compact(_) => "compact",
         }
     }
 }
@@ -131,6 +134,42 @@ pub async fn binary() -> Result<PathBuf, Error> {
         .map_err(Error::Build)
 }
 
+/// One call to etcd's JSON gateway (its v3 API over HTTP/1.1).
+async fn etcd_call(
+    etcd: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> Result<serde_json::Value, Error> {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let fail = |m: String| Error::Compact(format!("POST {etcd}{path}: {m}"));
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<hyper::body::Bytes>>();
+    let request = hyper::Request::post(format!("{etcd}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(body.to_string().into()))
+        .map_err(|e| fail(e.to_string()))?;
+    let answer = tokio::time::timeout(Duration::from_secs(30), client.request(request))
+        .await
+        .map_err(|_| fail("no answer within 30 s".into()))?
+        .map_err(|e| fail(e.to_string()))?;
+    let status = answer.status();
+    let bytes = answer
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(fail(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&bytes)
+        )));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))
+}
+
 /// A running control plane.
 pub struct RealCell {
     child: Child,
@@ -144,6 +183,13 @@ pub struct RealCell {
 impl RealCell {
     /// Builds the program if needed and starts a control plane of its own.
     pub async fn start() -> Result<RealCell, Error> {
+        RealCell::start_with(&[]).await
+    }
+
+    /// [`RealCell::start`], with more kube-apiserver flags (`--FLAG=VALUE`) after the
+    /// harness's own, which they override: `--watch-cache=false`, say, so that watches are
+    /// served from etcd and see its compaction.
+    pub async fn start_with(apiserver_args: &[&str]) -> Result<RealCell, Error> {
         let binary = binary().await?;
         let dir = tempfile::Builder::new()
             .prefix("realcell-")
@@ -159,6 +205,11 @@ impl RealCell {
             .arg("--dir")
             .arg(dir.path())
             .arg("--exit-on-stdin-close")
+            .args(
+                apiserver_args
+                    .iter()
+                    .map(|a| format!("--apiserver-arg={a}")),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file)
@@ -226,6 +277,35 @@ impl RealCell {
     /// The control plane's process ID (to read its memory, say).
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// etcd's client URL (plain HTTP on loopback), as the program wrote it.
+    pub fn etcd_url(&self) -> Result<String, Error> {
+        let path = self.dir.path().join("etcd.url");
+        std::fs::read_to_string(&path)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| Error::Compact(format!("reading {}: {e}", path.display())))
+    }
+
+    /// Compacts etcd's history up to its current revision, as the apiserver's own compactor
+    /// does every five minutes: a watch or list from an older resourceVersion is then told 410
+    /// Gone (where the apiserver serves it from etcd, not from its watch cache). Answers the
+    /// revision compacted to.
+    pub async fn compact_history(&self) -> Result<u64, Error> {
+        let etcd = self.etcd_url()?;
+        // Any range answers the current revision in its header; "AA==" is the key "\0".
+        let range = etcd_call(&etcd, "/v3/kv/range", serde_json::json!({"key": "AA=="})).await?;
+        let revision = range["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse::<u64>().ok())
+            .ok_or_else(|| Error::Compact(format!("no revision in etcd's answer {range}")))?;
+        etcd_call(
+            &etcd,
+            "/v3/kv/compaction",
+            serde_json::json!({"revision": revision.to_string(), "physical": true}),
+        )
+        .await?;
+        Ok(revision)
     }
 
     /// A client of `who`, from its kubeconfig.

@@ -331,6 +331,7 @@ pub struct Metrics {
     lease_overdue: Gauge,
     lease_lapses: Counter,
     unaddressed_swept: Counter,
+    watch_expired: Counter,
     orphaned_claims_released: Counter,
     orphan_sweep_failures: Counter,
     ipam_up: Gauge,
@@ -400,6 +401,11 @@ impl Metrics {
             m.unaddressed_swept.clone(),
         );
         r.register(
+            "shard_watch_expired",
+            "Times the shard watch resumed from a resourceVersion the cell had compacted away (410 Gone) and listed every shard again",
+            m.watch_expired.clone(),
+        );
+        r.register(
             "orphaned_claims_released",
             "Claims of shards deleted while no controller saw it, released by the orphan sweep",
             m.orphaned_claims_released.clone(),
@@ -464,6 +470,7 @@ impl Metrics {
             lease_overdue: Gauge::default(),
             lease_lapses: Counter::default(),
             unaddressed_swept: Counter::default(),
+            watch_expired: Counter::default(),
             orphaned_claims_released: Counter::default(),
             orphan_sweep_failures: Counter::default(),
             ipam_up: Gauge::default(),
@@ -588,6 +595,10 @@ impl Metrics {
 
     pub fn unaddressed_swept(&self, shards: u64) {
         self.unaddressed_swept.inc_by(shards);
+    }
+
+    pub fn shard_watch_expired(&self) {
+        self.watch_expired.inc();
     }
 
     pub fn orphaned_claim_released(&self) {

@@ -213,7 +213,13 @@ impl Watch {
 
     fn failed(&self, err: &watcher::Error) {
         let readiness = &self.shared.readiness;
-        if let Some(message) = kube_error_of(err).and_then(forbidden_message) {
+        if is_expired(err) {
+            // The cell answered: its history no longer reaches back to where the watch stood
+            // (etcd compacted it). The watcher lists again, and the list's end finds what changed
+            // meanwhile, deletions included; nothing is down.
+            self.shared.metrics.shard_watch_expired();
+            info!(%err, "the cell compacted the shard watch's history (410 Gone); listing every shard again");
+        } else if let Some(message) = kube_error_of(err).and_then(forbidden_message) {
             readiness.set_forbidden(WATCHING, Some(message));
             error!(%err, "the cell's RBAC forbids listing or watching egress shards; not ready, nothing is written");
         } else if kube_error_of(err).is_some_and(is_unauthorized) {
@@ -237,6 +243,15 @@ fn cached(event: watcher::Event<EgressShard>) -> watcher::Event<CachedShard> {
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitApply(s) => watcher::Event::InitApply(CachedShard::new(s)),
         watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// Whether the watch failed because its resourceVersion is older than the cell's history: an
+/// ERROR event in the stream (served from etcd) or the watch request's own answer.
+fn is_expired(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchError(status) => status.code == 410,
+        _ => kube_error_of(err).is_some_and(|e| matches!(e, kube::Error::Api(s) if s.code == 410)),
     }
 }
 
@@ -376,5 +391,29 @@ mod tests {
             Step::Listed(key())
         );
         assert_eq!(step(&watcher::Event::InitDone), Step::ListDone);
+    }
+
+    #[test]
+    fn a_compacted_history_is_told_apart_from_an_outage() {
+        let status = |code: u16| -> kube::core::Status {
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": "Expired",
+                "message": "too old resource version"
+            }))
+            .unwrap()
+        };
+        assert!(is_expired(&watcher::Error::WatchError(Box::new(status(
+            410
+        )))));
+        assert!(is_expired(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(Box::new(status(410)))
+        )));
+        assert!(!is_expired(&watcher::Error::WatchError(Box::new(status(
+            500
+        )))));
+        assert!(!is_expired(&watcher::Error::WatchFailed(kube::Error::Api(
+            Box::new(status(403))
+        ))));
+        assert!(!is_expired(&watcher::Error::NoResourceVersion));
     }
 }

@@ -2,6 +2,7 @@
 
 mod binary;
 mod common;
+mod compaction;
 mod events;
 mod invariants;
 mod lapse;
@@ -13,4 +14,5 @@ mod orphans;
 mod rbac;
 mod real_cell;
 mod reconcile;
+mod relay;
 mod runtime;
