@@ -131,7 +131,11 @@ impl ApiError {
 
     pub fn forbidden(group: &str, plural: &str, name: &str, why: &str) -> Self {
         let what = qualified(group, plural);
-        let message = if name.is_empty() {
+        let message = if what.is_empty() {
+            // A non-resource request (`/api`, `/healthz`): apimachinery's wording for an empty
+            // GroupResource.
+            format!("forbidden: {why}")
+        } else if name.is_empty() {
             format!("{what} is forbidden: {why}")
         } else {
             format!("{what} \"{name}\" is forbidden: {why}")

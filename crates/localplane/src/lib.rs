@@ -43,8 +43,9 @@
 //!   (an unknown project is a plain-text 404, as Milo answers), with Milo IPAM on them
 //!   ([`ipam`]; the `localplane` binary serves it on every project it serves);
 //! * bearer-token identities and RBAC from stored roles and bindings; impersonation
-//!   (`Impersonate-User`/`-Group`/`-Uid`/`-Extra-*`, kubectl's `--as`), each part checked against
-//!   the real caller's `impersonate` grants and refused in the apiserver's words; the reviews
+//!   (`Impersonate-User`/`-Group`/`-Uid`/`-Extra-*`, kubectl's `--as`) checked as 1.37 checks it,
+//!   constrained impersonation (`impersonate-on:<mode>:<verb>`, `impersonate:<mode>`) before the
+//!   legacy `impersonate` grants, and refused in the apiserver's words; the reviews
 //!   `kubectl auth can-i` (`--list`) and `kubectl auth whoami` create (SelfSubjectAccessReview,
 //!   SubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview), answered from the stored
 //!   RBAC, with every authenticated user allowed to review itself as bootstrap policy allows;
@@ -205,8 +206,10 @@
 //! Events are owned in the shape they are stored in. Server-side apply does not upgrade
 //! client-side apply's `last-applied-configuration` ownership. A watch from a resourceVersion
 //! the plane has not reached does not wait for it. Bootstrap RBAC policy is not served (a rules
-//! review lists only the stored roles and the self reviews), impersonation is checked with the
-//! legacy `impersonate` verbs only, and identities carry no uid. `egress-address conformance`
+//! review lists only the stored roles and the self reviews), constrained impersonation's
+//! `associated-node` mode (a ServiceAccount acting as its pod's node) never applies (identities
+//! carry no extras), nor does the apiserver's memory of which mode last worked for a caller, and
+//! identities carry no uid. `egress-address conformance`
 //! compares localplane with the real kube-apiserver request shape by request shape; its
 //! explained differences are in docs/testing.md. The cell has no `kube-public`
 //! or `kube-node-lease` namespaces, and `kube-system` holds nothing.

@@ -288,9 +288,9 @@ impl RealCell {
     }
 
     /// Compacts etcd's history up to its current revision, as the apiserver's own compactor
-    /// does every five minutes: a watch or list from an older resourceVersion is then told 410
-    /// Gone (where the apiserver serves it from etcd, not from its watch cache). Answers the
-    /// revision compacted to.
+    /// does every five minutes. etcd keeps the revision it compacts to, N, and a watch from
+    /// resourceVersion rv starts at rv + 1: a watch from rv < N - 1 is then told 410 Gone (where
+    /// the apiserver serves it from etcd, not from its watch cache). Answers N.
     pub async fn compact_history(&self) -> Result<u64, Error> {
         let etcd = self.etcd_url()?;
         // Any range answers the current revision in its header; "AA==" is the key "\0".

@@ -56,14 +56,6 @@ pub const EXPLAINED: &[Explained] = &[
               Go base64 and JSON decoders' own errors on the garbage (`invalid character '\\u009e' \
               looking for beginning of value`), which localplane does not reproduce byte for byte.",
     },
-    Explained {
-        shape: "py-impersonate-forbidden",
-        why: "kube-apiserver 1.37 checks constrained impersonation first and words a refusal by \
-              the request's own resource (`cannot impersonate-on:user-info:list resource \
-              \"configmaps\"`); localplane words it as the legacy `impersonate` verb on `users`. \
-              Both refuse with 403 Forbidden; the impersonation grants localplane checks are the \
-              legacy ones this project and its tests use.",
-    },
 ];
 
 /// Why `shape` differs, when that is explained.

@@ -51,7 +51,34 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         shared.record(&plane_name, parts.method.as_str(), &route.rest, 401);
         return ApiError::unauthorized().into_response();
     };
-    let subject = match impersonate::subject(&identity, &parts.headers, &route.plane, shared.rbac) {
+    let rp = ResourcePath::parse(&segs);
+    let query = Query::parse(parts.uri.query().unwrap_or(""));
+    let target = match &rp {
+        Some(rp) => impersonate::Target::Resource {
+            verb: Verb::of(&parts.method, rp.name.is_some(), &query).as_str(),
+            group: &rp.group,
+            resource: &rp.plural,
+            subresource: rp.sub.as_deref(),
+            // A request for one namespace is a request in it (the apiserver's RequestInfo).
+            namespace: rp.namespace.as_deref().or_else(|| {
+                (rp.group.is_empty() && rp.plural == "namespaces")
+                    .then_some(rp.name.as_deref())
+                    .flatten()
+            }),
+            name: rp.name.as_deref(),
+        },
+        None => impersonate::Target::Path {
+            verb: parts.method.as_str().to_lowercase(),
+            path: format!("/{}", segs.join("/")),
+        },
+    };
+    let subject = match impersonate::subject(
+        &identity,
+        &parts.headers,
+        &route.plane,
+        shared.rbac,
+        &target,
+    ) {
         Ok(s) => s,
         Err(e) => {
             let code = e.code();
@@ -64,7 +91,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         shared.record(&plane_name, "get", &route.rest, resp.status().as_u16());
         return resp;
     }
-    let Some(rp) = ResourcePath::parse(&segs) else {
+    let Some(rp) = rp else {
         let resp = match routes::non_resource(&route.plane, &segs, &route.prefix, &parts.headers) {
             Some(v) => ok_json(&v),
             None => resource_not_found().into_response(),
@@ -86,7 +113,6 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         shared.record(&plane_name, &verb, &route.rest, resp.status().as_u16());
         return resp;
     }
-    let query = Query::parse(parts.uri.query().unwrap_or(""));
     let verb = Verb::of(&parts.method, rp.name.is_some(), &query);
     let caller = Caller {
         user: subject.user.clone(),

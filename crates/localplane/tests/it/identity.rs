@@ -85,28 +85,61 @@ async fn impersonation_needs_the_impersonate_verb_and_then_acts_as_the_other_use
     // The user may read leases itself, but may not act as anyone else.
     let (code, _) = get(&lp, USER_TOKEN, LEASES, &[]).await;
     assert_eq!(code, 200);
-    let (code, s) = get(&lp, USER_TOKEN, LEASES, &[("impersonate-user", "bob")]).await;
-    assert_eq!(code, 403, "{s}");
-    assert_eq!(
-        s["message"],
+    // kube-apiserver 1.37 tries the constrained mode that applies first (may the user do this
+    // request while impersonating a user, a ServiceAccount, a node?), then the legacy
+    // `impersonate` verb, and answers the first refusal. Every wording below is the real
+    // server's, read from it.
+    let refused_as = |who: &'static str| {
+        let lp = &lp;
+        async move {
+            let (code, s) = get(lp, USER_TOKEN, LEASES, &[("impersonate-user", who)]).await;
+            assert_eq!(code, 403, "{s}");
+            assert_eq!(
+                s["details"],
+                json!({"group": "coordination.k8s.io", "kind": "leases"})
+            );
+            s["message"].as_str().unwrap().to_string()
+        }
+    };
+    let on = |mode: &str| {
         format!(
-            r#"users "bob" is forbidden: User "{USER_NAME}" cannot impersonate resource "users" in API group "" at the cluster scope"#
+            r#"leases.coordination.k8s.io is forbidden: User "{USER_NAME}" cannot impersonate-on:{mode}:list resource "leases" in API group "coordination.k8s.io" in the namespace "ns1""#
         )
+    };
+    assert_eq!(refused_as("bob").await, on("user-info"));
+    assert_eq!(
+        refused_as("system:serviceaccount:ns1:robot").await,
+        on("serviceaccount")
     );
-    assert_eq!(s["details"], json!({"name": "bob", "kind": "users"}));
+    assert_eq!(refused_as("system:node:n1").await, on("arbitrary-node"));
+    // A node asked for with a group has no constrained mode: the legacy refusal is the answer.
     let (code, s) = get(
         &lp,
         USER_TOKEN,
         LEASES,
-        &[("impersonate-user", "system:serviceaccount:ns1:robot")],
+        &[
+            ("impersonate-user", "system:node:n1"),
+            ("impersonate-group", "g"),
+        ],
     )
     .await;
     assert_eq!(code, 403, "{s}");
     assert_eq!(
         s["message"],
         format!(
-            r#"serviceaccounts "robot" is forbidden: User "{USER_NAME}" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "ns1""#
+            r#"users "system:node:n1" is forbidden: User "{USER_NAME}" cannot impersonate resource "users" in API group "" at the cluster scope"#
         )
+    );
+    assert_eq!(
+        s["details"],
+        json!({"name": "system:node:n1", "kind": "users"})
+    );
+    // A non-resource request is refused by its path.
+    let (code, s) = get(&lp, USER_TOKEN, "/api", &[("impersonate-user", "bob")]).await;
+    assert_eq!(code, 403, "{s}");
+    assert_eq!(
+        s["message"],
+        format!(r#"forbidden: User "{USER_NAME}" cannot impersonate-on:user-info:get path "/api""#)
     );
     // A group without a user is malformed, whoever asks.
     let (code, s) = get(&lp, ADMIN_TOKEN, LEASES, &[("impersonate-group", "team")]).await;
@@ -171,6 +204,70 @@ async fn a_user_granted_impersonate_acts_as_whom_the_grant_names() {
     assert_eq!(code, 403);
     let (code, _) = get(&lp, USER_TOKEN, LEASES, &[("impersonate-user", "eve")]).await;
     assert_eq!(code, 403);
+    lp.shutdown().await;
+}
+
+#[tokio::test]
+async fn constrained_impersonation_grants_act_only_on_what_they_name() {
+    let lp = serve(builder().rbac(true)).await;
+    grant(
+        &lp,
+        json!([
+            {"verbs": ["impersonate-on:user-info:list"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
+            {"verbs": ["impersonate:user-info"], "apiGroups": ["authentication.k8s.io"], "resources": ["users"], "resourceNames": ["bob"]}
+        ]),
+    )
+    .await;
+    let as_bob = |extra: &'static [(&'static str, &'static str)], path: &'static str| {
+        let lp = &lp;
+        async move {
+            let mut headers = vec![("impersonate-user", "bob")];
+            headers.extend_from_slice(extra);
+            let (code, s) = get(lp, USER_TOKEN, path, &headers).await;
+            assert_eq!(code, 403, "{s}");
+            s["message"].as_str().unwrap().to_string()
+        }
+    };
+    // Allowed to list leases as bob: bob's own access decides, and bob has none.
+    assert_eq!(
+        as_bob(&[], LEASES).await,
+        r#"leases.coordination.k8s.io is forbidden: User "bob" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "ns1""#
+    );
+    // A group the grant does not name, and system:masters, which no grant can name.
+    assert_eq!(
+        as_bob(&[("impersonate-group", "team")], LEASES).await,
+        format!(
+            r#"groups.authentication.k8s.io "team" is forbidden: User "{USER_NAME}" cannot impersonate:user-info resource "groups" in API group "authentication.k8s.io" at the cluster scope"#
+        )
+    );
+    assert_eq!(
+        as_bob(&[("impersonate-group", "system:masters")], LEASES).await,
+        format!(
+            r#"groups.authentication.k8s.io "system:masters" is forbidden: User "{USER_NAME}" cannot impersonate:user-info resource "groups" in API group "authentication.k8s.io" at the cluster scope: impersonating the system:masters group is not allowed"#
+        )
+    );
+    // Another verb than the one granted.
+    assert_eq!(
+        as_bob(&[], "/apis/coordination.k8s.io/v1/namespaces/ns1/leases/x").await,
+        format!(
+            r#"leases.coordination.k8s.io "x" is forbidden: User "{USER_NAME}" cannot impersonate-on:user-info:get resource "leases" in API group "coordination.k8s.io" in the namespace "ns1""#
+        )
+    );
+    // A node impersonated in its constrained mode is in system:nodes alone.
+    let (code, s) = send(
+        &lp,
+        ADMIN_TOKEN,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &[("impersonate-user", "system:node:n1")],
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(
+        s["status"]["userInfo"],
+        json!({"username": "system:node:n1", "groups": ["system:nodes", "system:authenticated"]})
+    );
     lp.shutdown().await;
 }
 
