@@ -13,6 +13,7 @@ mod operations;
 mod orphans;
 mod rbac;
 mod real_cell;
+mod real_invariants;
 mod reconcile;
 mod relay;
 mod runtime;

@@ -22,7 +22,7 @@ use crate::common::*;
 const INSTALL_NAMESPACE: &str = "egress-address-system";
 
 /// The shared real cell with the CRD and the shipped install applied, once per test binary.
-async fn installed() -> &'static RealCell {
+pub(crate) async fn installed() -> &'static RealCell {
     static INSTALLED: OnceCell<()> = OnceCell::const_new();
     let real = RealCell::shared()
         .await
@@ -67,7 +67,7 @@ fn leading_in_install(identity: &str, namespace: &str) -> egress_address::Settin
     s
 }
 
-async fn namespace(admin: &kube::Client, name: &str) {
+pub(crate) async fn namespace(admin: &kube::Client, name: &str) {
     let ns: Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
     match Api::<Namespace>::all(admin.clone())
@@ -80,7 +80,7 @@ async fn namespace(admin: &kube::Client, name: &str) {
     }
 }
 
-async fn cell_id(admin: &kube::Client) -> String {
+pub(crate) async fn cell_id(admin: &kube::Client) -> String {
     Api::<Namespace>::all(admin.clone())
         .get("kube-system")
         .await
@@ -90,7 +90,7 @@ async fn cell_id(admin: &kube::Client) -> String {
         .unwrap()
 }
 
-async fn addressed_on(shards: &Api<EgressShard>, name: &str) -> EgressShard {
+pub(crate) async fn addressed_on(shards: &Api<EgressShard>, name: &str) -> EgressShard {
     eventually(
         30,
         &format!("shard {name} addressed on the real cell"),
