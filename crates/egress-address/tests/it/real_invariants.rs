@@ -45,7 +45,7 @@ async fn real_shards(ns: &str) -> (kube::Client, Api<EgressShard>) {
 
 async fn create(shards: &Api<EgressShard>, name: &str) -> EgressShard {
     let ns = shards.namespace().unwrap_or_default();
-    let shard: EgressShard = serde_json::from_value(shard_object(&ns, name)).unwrap();
+    let shard: EgressShard = serde_json::from_value(shard_object(ns, name)).unwrap();
     shards.create(&PostParams::default(), &shard).await.unwrap()
 }
 
