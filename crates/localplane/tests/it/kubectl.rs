@@ -66,7 +66,11 @@ impl Server {
 
     /// A real control plane as it starts: nothing of this project's installed.
     async fn real_bare() -> Server {
-        Server::Real(RealCell::start().await.expect("the real control plane starts"))
+        Server::Real(
+            RealCell::start()
+                .await
+                .expect("the real control plane starts"),
+        )
     }
 
     fn kubeconfig(&self, who: Who) -> PathBuf {
@@ -780,7 +784,11 @@ async fn the_install_and_the_crd_apply_and_are_served(server: Server) {
     // manifest sets env values to "", which the server does not store (`omitempty`), so the
     // client-side apply finds them missing (the patch changes nothing stored).
     let out = k.ok(&["apply", "-k", &path("config/egress-address")]).await;
-    assert_eq!(out.matches(" unchanged").count(), objects.len() - 1, "{out}");
+    assert_eq!(
+        out.matches(" unchanged").count(),
+        objects.len() - 1,
+        "{out}"
+    );
     assert!(
         out.contains("deployment.apps/egress-address-controller configured"),
         "{out}"
