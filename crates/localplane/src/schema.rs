@@ -381,8 +381,7 @@ fn validate_node(schema: &Value, v: &Value, path: &str, root: bool, errs: &mut V
 }
 
 /// Items of a `x-kubernetes-list-type: map` list whose keys an earlier item already has, as
-/// the apiserver refuses them: `Duplicate value` with the keys as Go prints a
-/// `map[string]interface {}`.
+/// the apiserver refuses them: `Duplicate value` with the keys as a JSON object.
 fn list_map_duplicates(schema: &Value, items: &[Value], path: &str) -> Vec<FieldError> {
     let keys: Vec<&str> = schema
         .get("x-kubernetes-list-map-keys")
@@ -407,7 +406,7 @@ fn list_map_duplicates(schema: &Value, items: &[Value], path: &str) -> Vec<Field
             errs.push(FieldError {
                 kind: FieldErrorKind::Duplicate,
                 field: format!("{path}[{i}]"),
-                value: Some(format!("map[string]interface {{}}{{{}}}", shown.join(", "))),
+                value: Some(format!("{{{}}}", shown.join(","))),
                 detail: String::new(),
             });
         } else {

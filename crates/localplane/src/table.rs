@@ -201,9 +201,10 @@ fn printer(b: BuiltinKind) -> Option<Printer> {
                 ]
             },
         },
+        // kube-apiserver 1.37 prints no Secrets column (tokens are no longer kept as Secrets).
         BuiltinKind::ServiceAccount => Printer {
-            columns: &[("Secrets", "string", 0), ("Age", "string", 0)],
-            cells: |o| vec![json!(count(o, "/secrets")), creation_age(o)],
+            columns: &[("Age", "string", 0)],
+            cells: |o| vec![creation_age(o)],
         },
         BuiltinKind::Service => Printer {
             columns: &[

