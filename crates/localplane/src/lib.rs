@@ -285,6 +285,7 @@ mod metrics;
 mod openapi;
 mod openapi_v2;
 mod plane;
+mod proxy;
 mod rbac;
 mod resources;
 mod schema;
@@ -306,6 +307,7 @@ pub use faults::{
 pub use hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
 pub use metrics::{Metrics, RequestCount, RequestKey};
 pub use plane::{Plane, Tally};
+pub use proxy::{FaultProxy, Upstream};
 pub use resources::{load_crd_dir, parse_crds};
 pub use server::PROJECT_PREFIX;
 pub use tls::TlsMaterial;

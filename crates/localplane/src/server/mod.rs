@@ -9,7 +9,7 @@ pub(crate) mod listen;
 mod resource;
 mod respond;
 mod review;
-mod routes;
+pub(crate) mod routes;
 #[cfg(test)]
 mod tests;
 

@@ -13,5 +13,6 @@ mod kube_conformance;
 mod kubectl;
 mod lists;
 mod ownership;
+mod proxy;
 mod python;
 mod world;
