@@ -110,10 +110,6 @@ impl Server {
         }
     }
 
-    fn is_real(&self) -> bool {
-        matches!(self, Server::Real(_))
-    }
-
     async fn shutdown(self) {
         match self {
             Server::Local(lp) => lp.shutdown().await,
