@@ -103,7 +103,6 @@ impl Watch {
     pub async fn run(mut self, stop: CancellationToken) {
         let mut stream = watcher(self.api.clone(), watcher::Config::default())
             .default_backoff()
-            .modify(crate::shard::cached::trim)
             .into_stream()
             .boxed();
         loop {
@@ -232,10 +231,10 @@ impl Watch {
 /// The event as the cache stores it (see [`CachedShard`]).
 fn cached(event: watcher::Event<EgressShard>) -> watcher::Event<CachedShard> {
     match event {
-        watcher::Event::Apply(s) => watcher::Event::Apply(CachedShard::new(s)),
-        watcher::Event::Delete(s) => watcher::Event::Delete(CachedShard::new(s)),
+        watcher::Event::Apply(s) => watcher::Event::Apply(CachedShard::new(&s)),
+        watcher::Event::Delete(s) => watcher::Event::Delete(CachedShard::new(&s)),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(s) => watcher::Event::InitApply(CachedShard::new(s)),
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(CachedShard::new(&s)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }

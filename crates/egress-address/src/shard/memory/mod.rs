@@ -193,7 +193,11 @@ impl Inner {
             }
         }
         if let Some(new) = new {
-            let keys = self.holders.entry(new).or_default();
+            // Almost every address has one holder: a default Vec would reserve room for four.
+            let keys = self
+                .holders
+                .entry(new)
+                .or_insert_with(|| Vec::with_capacity(1));
             if !keys.contains(key) {
                 keys.push(key.clone());
             }
