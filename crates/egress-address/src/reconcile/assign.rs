@@ -113,7 +113,7 @@ pub(super) async fn claim_and_assign(
 
 fn assign_error(key: &ShardKey, holding: &Holding, source: kube::Error) -> Error {
     Error::Assign {
-        shard: key.name.clone(),
+        shard: key.name.to_string(),
         address: holding.address.to_string(),
         kind: holding.kind.to_string(),
         holder: holding.name.clone(),
@@ -180,7 +180,7 @@ fn claim_failed(
             Ok(Next::Recheck)
         }
         ClaimFailure::Transient => Err(Error::Claim {
-            shard: key.name.clone(),
+            shard: key.name.to_string(),
             source: Box::new(err),
         }),
     }

@@ -238,7 +238,7 @@ async fn reconcile_key(
             ctx.patch_shard(key, &patch)
                 .await
                 .map_err(|source| Error::MarkServed {
-                    shard: key.name.clone(),
+                    shard: key.name.to_string(),
                     source,
                 })?;
             ctx.memory

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use egress_api::shard::EgressShard;
 use futures::{StreamExt, TryStreamExt};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -122,9 +123,9 @@ impl Watch {
         let shared = &self.shared;
         shared.readiness.set_cell(CellHealth::Up);
         shared.readiness.set_forbidden(WATCHING, None);
-        let step = step(&event);
+        let step = self.sharing_keys(step(&event));
         let ready = self.record(&step, &event);
-        self.writer.apply_watcher_event(&cached(event));
+        self.writer.apply_watcher_event(&cached(event, &step));
         let shared = &self.shared;
         if shared.leader.holds() {
             for key in ready {
@@ -154,6 +155,35 @@ impl Watch {
                 shared.readiness.set_synced();
             }
             _ => {}
+        }
+    }
+
+    /// `step` with the key the cache already holds for its shard, so the cache, the memory and
+    /// the queue share one copy of its strings.
+    fn sharing_keys(&self, step: Step) -> Step {
+        let shared = |key: ShardKey| {
+            self.shared
+                .store
+                .get(&ObjectRef::new(&key.name).within(&key.namespace))
+                .map(|c| c.key())
+                .unwrap_or(key)
+        };
+        match step {
+            Step::Listed(key) => Step::Listed(shared(key)),
+            Step::Changed {
+                key,
+                queue,
+                version,
+            } => Step::Changed {
+                key: shared(key),
+                queue,
+                version,
+            },
+            Step::Deleted { key, version } => Step::Deleted {
+                key: shared(key),
+                version,
+            },
+            other => other,
         }
     }
 
@@ -228,13 +258,19 @@ impl Watch {
     }
 }
 
-/// The event as the cache stores it (see [`CachedShard`]).
-fn cached(event: watcher::Event<EgressShard>) -> watcher::Event<CachedShard> {
+/// The event as the cache stores it (see [`CachedShard`]), under the key `step` names.
+fn cached(event: watcher::Event<EgressShard>, step: &Step) -> watcher::Event<CachedShard> {
+    let record = |s: &EgressShard| match step {
+        Step::Listed(key) | Step::Changed { key, .. } | Step::Deleted { key, .. } => {
+            CachedShard::with_key(key.clone(), s)
+        }
+        Step::ListStarts | Step::ListDone => CachedShard::new(s),
+    };
     match event {
-        watcher::Event::Apply(s) => watcher::Event::Apply(CachedShard::new(&s)),
-        watcher::Event::Delete(s) => watcher::Event::Delete(CachedShard::new(&s)),
+        watcher::Event::Apply(s) => watcher::Event::Apply(record(&s)),
+        watcher::Event::Delete(s) => watcher::Event::Delete(record(&s)),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(s) => watcher::Event::InitApply(CachedShard::new(&s)),
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(record(&s)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }

@@ -29,8 +29,8 @@ use super::ShardKey;
 /// decision reads.
 #[derive(Clone, Debug)]
 pub struct CachedShard {
-    namespace: Box<str>,
-    name: Box<str>,
+    /// Shared with the per-shard memory and the queue (see [`ShardKey`]).
+    key: ShardKey,
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
     deletion_timestamp: Option<Time>,
@@ -47,6 +47,11 @@ pub struct CachedShard {
 impl CachedShard {
     /// What the cache keeps of `shard`.
     pub fn new(shard: &EgressShard) -> Self {
+        Self::with_key(ShardKey::of(shard), shard)
+    }
+
+    /// What the cache keeps of `shard`, whose key is `key` (its strings shared).
+    pub fn with_key(key: ShardKey, shard: &EgressShard) -> Self {
         let m = &shard.metadata;
         let boxed = |s: &Option<String>| s.as_deref().map(Box::<str>::from);
         let served = m
@@ -62,8 +67,7 @@ impl CachedShard {
             .and_then(|r| serde_json::to_string(r).ok())
             .map(String::into_boxed_str);
         Self {
-            namespace: boxed(&m.namespace).unwrap_or_default(),
-            name: boxed(&m.name).unwrap_or_default(),
+            key,
             uid: boxed(&m.uid),
             resource_version: boxed(&m.resource_version),
             deletion_timestamp: m.deletion_timestamp.clone(),
@@ -83,7 +87,7 @@ impl CachedShard {
             None => None,
         };
         let mut s = EgressShard::new(
-            &self.name,
+            &self.key.name,
             EgressShardSpec {
                 shard_address_ipv6: self.address.to_string(),
                 shard_address_ipv6_claim_ref: claim_ref,
@@ -91,7 +95,7 @@ impl CachedShard {
             },
         );
         let m = &mut s.metadata;
-        m.namespace = (!self.namespace.is_empty()).then(|| self.namespace.to_string());
+        m.namespace = (!self.key.namespace.is_empty()).then(|| self.key.namespace.to_string());
         m.uid = self.uid.as_deref().map(str::to_string);
         m.resource_version = self.resource_version.as_deref().map(str::to_string);
         m.deletion_timestamp = self.deletion_timestamp.clone();
@@ -108,7 +112,7 @@ impl CachedShard {
     }
 
     pub fn key(&self) -> ShardKey {
-        ShardKey::new(&*self.namespace, &*self.name)
+        self.key.clone()
     }
 
     /// Whether the shard carries an address and the ref to its claim.
@@ -123,8 +127,8 @@ impl CachedShard {
     /// The bytes this record holds on the heap, besides itself: what the cache pays per shard.
     pub fn heap_bytes(&self) -> usize {
         let len = |s: &Option<Box<str>>| s.as_deref().map_or(0, str::len);
-        self.namespace.len()
-            + self.name.len()
+        self.key.namespace.len()
+            + self.key.name.len()
             + len(&self.uid)
             + len(&self.resource_version)
             + self.address.len()
@@ -152,11 +156,11 @@ impl Lookup for CachedShard {
     }
 
     fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
+        Some(Cow::Borrowed(&self.key.name))
     }
 
     fn namespace(&self) -> Option<Cow<'_, str>> {
-        (!self.namespace.is_empty()).then_some(Cow::Borrowed(&*self.namespace))
+        (!self.key.namespace.is_empty()).then_some(Cow::Borrowed(&*self.key.namespace))
     }
 
     // The reflector copies what these return into the key of every entry of its store, where
