@@ -26,6 +26,7 @@ use super::readiness::CellHealth;
 use super::shared::Shared;
 use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
 use crate::shard::decide::{Decision, decide};
+use crate::shard::watched::WatchedShard;
 use crate::shard::{CachedShard, ShardKey};
 
 /// What the watch was doing when the cell forbade it (a `/ready` reason names it).
@@ -77,7 +78,7 @@ pub fn step(event: &watcher::Event<EgressShard>) -> Step {
 
 /// The watch task.
 pub struct Watch {
-    api: Api<EgressShard>,
+    api: Api<WatchedShard>,
     writer: Writer<CachedShard>,
     shared: Shared,
     /// The shards the list in progress has shown.
@@ -85,14 +86,14 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn api(cell: Client, namespace: Option<&str>) -> Api<EgressShard> {
+    pub fn api(cell: Client, namespace: Option<&str>) -> Api<WatchedShard> {
         match namespace {
             Some(ns) => Api::namespaced(cell, ns),
             None => Api::all(cell),
         }
     }
 
-    pub fn new(api: Api<EgressShard>, writer: Writer<CachedShard>, shared: Shared) -> Self {
+    pub fn new(api: Api<WatchedShard>, writer: Writer<CachedShard>, shared: Shared) -> Self {
         Self {
             api,
             writer,
@@ -112,7 +113,7 @@ impl Watch {
                 item = stream.try_next() => item,
             };
             match item {
-                Ok(Some(event)) => self.apply(event),
+                Ok(Some(event)) => self.apply(unwrapped(event)),
                 Ok(None) => return,
                 Err(err) => self.failed(&err),
             }
@@ -255,6 +256,17 @@ impl Watch {
             readiness.set_cell(CellHealth::Unreachable(cause));
             warn!(%err, cause, "watching egress shards failed; retrying");
         }
+    }
+}
+
+/// The event with the shard as the rest of the controller reads it.
+fn unwrapped(event: watcher::Event<WatchedShard>) -> watcher::Event<EgressShard> {
+    match event {
+        watcher::Event::Apply(s) => watcher::Event::Apply(s.0),
+        watcher::Event::Delete(s) => watcher::Event::Delete(s.0),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(s.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod cached;
 pub mod decide;
 pub mod memory;
+pub mod watched;
 
 use std::sync::Arc;
 
