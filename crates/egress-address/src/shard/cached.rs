@@ -314,7 +314,10 @@ mod tests {
     fn the_store_key_carries_name_and_namespace_only() {
         let cached = CachedShard::new(&shard(0));
         let key = cached.to_object_ref(());
-        assert_eq!((key.name.as_str(), key.namespace.as_deref()), ("s", Some("ns")));
+        assert_eq!(
+            (key.name.as_str(), key.namespace.as_deref()),
+            ("s", Some("ns"))
+        );
         assert_eq!((key.extra.uid, key.extra.resource_version), (None, None));
     }
 }

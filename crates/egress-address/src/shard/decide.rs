@@ -121,9 +121,9 @@ pub fn is_unattributable(shard: &EgressShard) -> bool {
 mod tests {
     use super::*;
     use crate::ipam::holding::HolderKind;
-    use std::collections::BTreeMap;
     use egress_api::shard::{EgressShardSpec, TargetRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::collections::BTreeMap;
 
     fn shard() -> EgressShard {
         let mut s = EgressShard::new(
@@ -204,8 +204,8 @@ mod tests {
     #[test]
     fn assign_writes_address_ref_and_label_conditional_on_the_version_read() {
         let s = shard();
-        let patch = ShardPatch::assign(&s, &holding(HolderKind::IPAllocation), "datum-platform")
-            .unwrap();
+        let patch =
+            ShardPatch::assign(&s, &holding(HolderKind::IPAllocation), "datum-platform").unwrap();
         assert_eq!(patch.resource_version(), "42");
         assert_eq!(
             patch.to_json(),

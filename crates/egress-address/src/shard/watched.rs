@@ -17,8 +17,8 @@ use egress_api::shard::{
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 /// A shard as the watch decodes it: an `EgressShard` with only name, namespace, UID,
 /// resourceVersion, deletionTimestamp, the served label, address and claim ref set.
@@ -213,7 +213,12 @@ mod tests {
             Some([(LABEL_EGRESS_IPV6.to_string(), "true".to_string())].into())
         );
         assert_eq!(
-            (&m.annotations, &m.managed_fields, &m.finalizers, m.generation),
+            (
+                &m.annotations,
+                &m.managed_fields,
+                &m.finalizers,
+                m.generation
+            ),
             (&None, &None, &None, None)
         );
         assert_eq!(shard.spec.shard_address_ipv6, "2001:db8::1");
@@ -240,7 +245,9 @@ mod tests {
 
     #[test]
     fn a_bare_shard_decodes() {
-        let shard = decode(json!({"metadata": {"name": "s"}, "spec": {"targetRef": {"kind": "Node", "name": "n"}}}));
+        let shard = decode(
+            json!({"metadata": {"name": "s"}, "spec": {"targetRef": {"kind": "Node", "name": "n"}}}),
+        );
         assert_eq!(shard.spec.shard_address_ipv6, "");
         assert_eq!(shard.spec.shard_address_ipv6_claim_ref, None);
     }

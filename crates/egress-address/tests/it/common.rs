@@ -138,7 +138,9 @@ impl Plane {
 
     /// Writes to shards (updates and patches) anyone sent, answered or refused.
     pub fn shard_updates(&self) -> u64 {
-        self.requests(|k| matches!(k.verb.as_str(), "update" | "patch") && k.resource.starts_with("egressshards"))
+        self.requests(|k| {
+            matches!(k.verb.as_str(), "update" | "patch") && k.resource.starts_with("egressshards")
+        })
     }
 }
 
@@ -533,23 +535,43 @@ pub async fn the_patch_is_conditional(
         other => panic!("a patch at a stale resourceVersion: {other:?}"),
     }
     let after = admin.get(name).await.unwrap();
-    assert_eq!(after.metadata.resource_version, moved.metadata.resource_version);
-    assert_eq!(after.spec.shard_address_ipv6, "", "the refused patch wrote nothing");
+    assert_eq!(
+        after.metadata.resource_version,
+        moved.metadata.resource_version
+    );
+    assert_eq!(
+        after.spec.shard_address_ipv6, "",
+        "the refused patch wrote nothing"
+    );
 
     let written = write(&moved, "2001:db8::1").await.unwrap();
     assert_eq!(written.spec.shard_address_ipv6, "2001:db8::1");
     assert_eq!(
-        written.spec.shard_address_ipv6_claim_ref.as_ref().map(|r| r.name.as_str()),
+        written
+            .spec
+            .shard_address_ipv6_claim_ref
+            .as_ref()
+            .map(|r| r.name.as_str()),
         Some(format!("egress-shard-ipv6.{name}").as_str())
     );
     let labels = written.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels.get(egress_api::shard::LABEL_EGRESS_IPV6).map(String::as_str),
+        labels
+            .get(egress_api::shard::LABEL_EGRESS_IPV6)
+            .map(String::as_str),
         Some("true")
     );
-    assert_eq!(labels.get("team").map(String::as_str), Some("a"), "other labels stay");
     assert_eq!(
-        written.metadata.annotations.and_then(|a| a.get("owner").cloned()).as_deref(),
+        labels.get("team").map(String::as_str),
+        Some("a"),
+        "other labels stay"
+    );
+    assert_eq!(
+        written
+            .metadata
+            .annotations
+            .and_then(|a| a.get("owner").cloned())
+            .as_deref(),
         Some("datapath"),
         "fields the patch does not name stay"
     );
