@@ -22,7 +22,7 @@ pub struct GrowthArgs {
     #[command(flatten)]
     pub common: Common,
     /// Cell sizes, each addressed from scratch.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000,50000")]
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,50000,100000")]
     pub shards: Vec<usize>,
     /// The controller's reconcile concurrency, and the ideal client's parallel tasks.
     #[arg(long, default_value_t = 4)]

@@ -50,7 +50,7 @@ pub enum Mode {
     /// Shards created at a steady rate into a cell of addressed shards: time from create to
     /// addressed (p50, p99), controller against the ideal client in the same run.
     Churn(churn::ChurnArgs),
-    /// The cell grows (1,000 → 10,000 → 50,000 shards by default): wall, CPU and RSS per shard,
+    /// The cell grows (1,000 → 10,000 → 50,000 → 100,000 shards by default): wall, CPU and RSS per shard,
     /// time to /ready after a restart, their slopes, and localplane's share of the CPU.
     Growth(growth::GrowthArgs),
     /// IPAM down while shards wait: IPAM attempts per pending shard per minute, the peak rate,

@@ -32,7 +32,8 @@ pub struct FaultArgs {
     /// Before-apply failures (half 500s, half 503s) on every request of both planes.
     #[arg(long, default_value_t = 0.05, env = "CHAOS_BEFORE_APPLY_RATE")]
     pub before_apply_rate: f64,
-    /// 409 conflicts, before apply, on every update of both planes.
+    /// 409 conflicts, before apply, on every update of both planes and every shard patch (the
+    /// controller's conditional write).
     #[arg(long, default_value_t = 0.05, env = "CHAOS_CONFLICT_RATE")]
     pub conflict_rate: f64,
     /// Applied-then-failed: claim creates and deletes (platform) and shard updates (cells)
@@ -52,7 +53,7 @@ pub struct FaultArgs {
     /// waits.
     #[arg(long, default_value_t = 0.3, env = "CHAOS_DELETE_COMMIT_DELAY_RATE")]
     pub delete_commit_delay_rate: f64,
-    /// Share of shard updates applied --commit-delay-ms late.
+    /// Share of shard writes (the controller's conditional patches) applied --commit-delay-ms late.
     #[arg(long, default_value_t = 0.05, env = "CHAOS_UPDATE_COMMIT_DELAY_RATE")]
     pub update_commit_delay_rate: f64,
     /// How late a delayed commit lands; longer than --request-timeout, so the client has given
@@ -144,11 +145,18 @@ impl FaultArgs {
             code: Some(409),
             ..Default::default()
         });
+        rule(FaultRule {
+            verb: Some("patch".into()),
+            resource: Some(SHARDS.into()),
+            error_rate: self.conflict_rate,
+            code: Some(409),
+            ..Default::default()
+        });
         // Applied, then failed: the writes whose lost answers the controller must survive.
         let targets = [
             (PLATFORM_PLANE, "create", CLAIMS),
             (PLATFORM_PLANE, "delete", CLAIMS),
-            (CELL_PLANE, "update", SHARDS),
+            (CELL_PLANE, "patch", SHARDS),
         ];
         let outcomes = &self.after_apply_outcomes;
         for (plane, verb, resource) in targets {
@@ -194,7 +202,7 @@ impl FaultArgs {
                 CLAIMS,
                 self.delete_commit_delay_rate,
             ),
-            (CELL_PLANE, "update", SHARDS, self.update_commit_delay_rate),
+            (CELL_PLANE, "patch", SHARDS, self.update_commit_delay_rate),
         ] {
             if rate > 0.0 {
                 rule(FaultRule {
@@ -326,7 +334,7 @@ mod tests {
             for (plane, verb) in [
                 (PLATFORM_PLANE, "create"),
                 (PLATFORM_PLANE, "delete"),
-                (CELL_PLANE, "update"),
+                (CELL_PLANE, "patch"),
             ] {
                 assert!(
                     has(&|r| r.when == FaultWhen::AfterApply

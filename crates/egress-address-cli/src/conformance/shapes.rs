@@ -163,6 +163,18 @@ fn assigned() -> Value {
     s
 }
 
+/// The controller's one write: address, ref and label, conditional on `rv`.
+fn assign_patch(address: &str, rv: &str) -> Value {
+    json!({
+        "metadata": {"resourceVersion": rv,
+                     "labels": {"network.datumapis.com/egress-ipv6": "true"}},
+        "spec": {"shardAddressIPv6": address,
+                 "shardAddressIPv6ClaimRef": {"apiGroup": "ipam.miloapis.com", "kind": "IPClaim",
+                     "project": "platform", "namespace": "default",
+                     "name": "egress-shard-ipv6.{name}"}},
+    })
+}
+
 fn with_rv(mut object: Value, rv: &str) -> Value {
     object["metadata"]["resourceVersion"] = json!(rv);
     object
@@ -271,35 +283,38 @@ pub fn catalogue() -> Vec<Shape> {
             "GET",
             SHARD,
         ),
-        Shape::new("ctl-shard-update", "controller", Controller, "PUT", SHARD)
-            .body(JSON, with_rv(assigned(), "{rv}"))
+        Shape::new("ctl-shard-patch", "controller", Controller, "PATCH", SHARD)
+            .query("fieldManager=egress-address-controller")
+            .body(MERGE, assign_patch("2001:db8::1", "{rv}"))
             .given(shard0()),
         Shape::new(
-            "ctl-shard-update-stale",
+            "ctl-shard-patch-stale",
             "controller",
             Controller,
-            "PUT",
+            "PATCH",
             SHARD,
         )
-        .body(JSON, with_rv(assigned(), "1"))
+        .query("fieldManager=egress-address-controller")
+        .body(MERGE, assign_patch("2001:db8::1", "1"))
         .given(shard0()),
         Shape::new(
-            "ctl-shard-update-write-once",
+            "ctl-shard-patch-write-once",
             "controller",
             Controller,
-            "PUT",
+            "PATCH",
             SHARD,
         )
-        .body(JSON, with_rv(changed_address, "{rv}"))
+        .query("fieldManager=egress-address-controller")
+        .body(MERGE, assign_patch("2001:db8::2", "{rv}"))
         .given(assigned()),
         Shape::new(
-            "ctl-shard-update-no-rv",
+            "ctl-shard-update-forbidden",
             "controller",
             Controller,
             "PUT",
             SHARD,
         )
-        .body(JSON, assigned())
+        .body(JSON, with_rv(assigned(), "{rv}"))
         .given(shard0()),
         Shape::new(
             "ctl-shard-status-forbidden",
@@ -415,7 +430,7 @@ pub fn catalogue() -> Vec<Shape> {
             "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
         ),
         Shape::new(
-            "ctl-can-i-update-shards",
+            "ctl-can-i-patch-shards",
             "kubectl",
             Controller,
             "POST",
@@ -423,7 +438,7 @@ pub fn catalogue() -> Vec<Shape> {
         )
         .body(
             JSON,
-            access_review("update", "network.datumapis.com", "egressshards", "{ns}"),
+            access_review("patch", "network.datumapis.com", "egressshards", "{ns}"),
         ),
         Shape::new(
             "ctl-can-i-delete-shards",

@@ -34,7 +34,7 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
     };
     assert_eq!(m.walls().len(), 2, "one controller wall per repeat");
     assert_eq!(m.ideal_walls.len(), 2, "one ideal wall per repeat");
-    // A new shard costs one claim create and one shard update, nothing else.
+    // A new shard costs one claim create and one shard patch, nothing else.
     let per_verb = |plane: &str, verb: &str| {
         m.worst()
             .by_verb
@@ -43,7 +43,8 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
             .unwrap_or(0)
     };
     assert_eq!(per_verb("platform", "create"), 40);
-    assert_eq!(per_verb("cell", "update"), 40);
+    assert_eq!(per_verb("cell", "patch"), 40);
+    assert_eq!(per_verb("cell", "update"), 0, "no shard is PUT");
     assert_eq!(m.per_new_shard(), 2.0);
     assert!(
         m.worst().startup_requests() >= 2,

@@ -101,7 +101,7 @@ async fn every_cell_manifest_applies_server_side_to_the_real_apiserver() {
         &[
             "auth",
             "can-i",
-            "update",
+            "patch",
             "egressshards.network.datumapis.com",
             "--as",
             "system:serviceaccount:egress-address-system:egress-address-controller",

@@ -1,4 +1,5 @@
-//! Giving an unaddressed shard its address: claim, check, then one conditional update.
+//! Giving an unaddressed shard its address: claim, check, then one conditional update (a merge
+//! patch carrying the resourceVersion it was decided on).
 
 use egress_api::shard::EgressShard;
 use tracing::{error, info, warn};
@@ -9,7 +10,7 @@ use crate::ipam::claim::{ClaimError, ClaimFailure, claim};
 use crate::ipam::holding::{HolderKind, Holding};
 use crate::ipam::spec::ClaimRequest;
 use crate::kube_status::is_invalid;
-use crate::shard::decide::assign;
+use crate::shard::decide::ShardPatch;
 use crate::shard::{ShardKey, ShardState};
 
 pub(super) async fn claim_and_assign(
@@ -55,8 +56,11 @@ pub(super) async fn claim_and_assign(
         ctx.memory.addresses().unreserve(key, false);
         return Err(not_leader);
     }
-    let updated = assign(shard, &holding, &s.platform_project);
-    let written = ctx.replace_shard(key, &updated).await;
+    let Some(patch) = ShardPatch::assign(shard, &holding, &s.platform_project) else {
+        ctx.memory.addresses().unreserve(key, false);
+        return Err(super::unversioned(key));
+    };
+    let written = ctx.patch_shard(key, &patch).await;
     // A 4xx proves the write was not made; anything else may have been applied.
     let maybe_applied = match &written {
         Ok(()) => true,
@@ -109,7 +113,7 @@ pub(super) async fn claim_and_assign(
 
 fn assign_error(key: &ShardKey, holding: &Holding, source: kube::Error) -> Error {
     Error::Assign {
-        shard: key.name.clone(),
+        shard: key.name.to_string(),
         address: holding.address.to_string(),
         kind: holding.kind.to_string(),
         holder: holding.name.clone(),
@@ -176,7 +180,7 @@ fn claim_failed(
             Ok(Next::Recheck)
         }
         ClaimFailure::Transient => Err(Error::Claim {
-            shard: key.name.clone(),
+            shard: key.name.to_string(),
             source: Box::new(err),
         }),
     }

@@ -19,11 +19,11 @@ use tracing::{debug, error, info};
 
 use crate::Error;
 use crate::config::Settings;
-use crate::config::settings::write_params;
+use crate::config::settings::patch_params;
 use crate::ipam::Ipam;
 use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
 use crate::metrics::Metrics;
-use crate::shard::decide::{Decision, decide, mark_served};
+use crate::shard::decide::{Decision, ShardPatch, decide};
 use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
 
 pub use note::{Note, reason};
@@ -102,16 +102,20 @@ impl Context {
         }
     }
 
-    /// PUTs `shard` as the new state of `key`, conditional on the resourceVersion it carries. The
+    /// Writes `patch` to the shard of `key`, conditional on the resourceVersion it carries (a
+    /// JSON merge patch: the API server answers 409 Conflict if the shard changed since). The
     /// answer (the whole shard again, managedFields and all) is read but not decoded: nothing
     /// uses it, and the watch brings the same object to the cache anyway.
-    async fn replace_shard(&self, key: &ShardKey, shard: &EgressShard) -> Result<(), kube::Error> {
-        let body = serde_json::to_vec(shard).map_err(kube::Error::SerdeError)?;
+    async fn patch_shard(&self, key: &ShardKey, patch: &ShardPatch) -> Result<(), kube::Error> {
         let url = <EgressShard as kube::Resource>::url_path(&(), Some(&key.namespace));
         let mut req = kube::core::Request::new(url)
-            .replace(&key.name, &write_params(), body)
+            .patch(
+                &key.name,
+                &patch_params(),
+                &kube::api::Patch::Merge(patch.to_json()),
+            )
             .map_err(kube::Error::BuildRequest)?;
-        req.extensions_mut().insert("replace");
+        req.extensions_mut().insert("patch");
         self.timed(self.cell.request_text(req)).await.map(drop)
     }
 
@@ -165,6 +169,14 @@ pub async fn reconcile(ctx: &Context, key: &ShardKey) -> Report {
         }
     };
     Report { next, notes, error }
+}
+
+/// A shard without a resourceVersion (no cache or API server sends one) gets no write: it could
+/// not be conditional.
+fn unversioned(key: &ShardKey) -> Error {
+    Error::Config(format!(
+        "egress shard {key} has no resourceVersion; it is only ever written conditionally"
+    ))
 }
 
 async fn reconcile_key(
@@ -222,10 +234,11 @@ async fn reconcile_key(
         }
         Decision::MarkServed => {
             ctx.may_write()?;
-            ctx.replace_shard(key, &mark_served(&shard))
+            let patch = ShardPatch::mark_served(&shard).ok_or_else(|| unversioned(key))?;
+            ctx.patch_shard(key, &patch)
                 .await
                 .map_err(|source| Error::MarkServed {
-                    shard: key.name.clone(),
+                    shard: key.name.to_string(),
                     source,
                 })?;
             ctx.memory

@@ -22,8 +22,10 @@ pub mod reason {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Note {
     pub key: ShardKey,
-    /// The shard as read, so the event names the object and version it is about.
-    pub regarding: ObjectReference,
+    /// The shard as read, so the event names the object and version it is about. Boxed: a
+    /// rollout holds thousands of notes in the events' outbox, whose slots would otherwise each
+    /// be the size of this reference, taken or not.
+    pub regarding: Box<ObjectReference>,
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
@@ -41,7 +43,7 @@ impl Note {
     fn new(shard: &EgressShard, warning: bool, reason: &'static str, message: String) -> Self {
         Self {
             key: ShardKey::of(shard),
-            regarding: shard.object_ref(&()),
+            regarding: Box::new(shard.object_ref(&())),
             warning,
             reason,
             message,

@@ -358,7 +358,7 @@ impl Notifier {
             action: Some(note.action().to_string()),
             reason: Some(note.reason.to_string()),
             event_time: Some(MicroTime(now)),
-            regarding: Some(regarding.clone()),
+            regarding: Some(regarding.as_ref().clone()),
             note: Some(note.message.clone()),
             metadata: ObjectMeta {
                 namespace: regarding.namespace.clone(),

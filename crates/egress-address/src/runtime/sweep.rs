@@ -120,7 +120,7 @@ mod tests {
             shard("scheduled", ""),
             shard("hand-set", "2001:db8::1"),
         ] {
-            writer.apply_watcher_event(&Event::InitApply(CachedShard::new(s)));
+            writer.apply_watcher_event(&Event::InitApply(CachedShard::new(&s)));
         }
         writer.apply_watcher_event(&Event::InitDone);
         let queue = WorkQueue::<ShardKey>::start();

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use egress_api::shard::EgressShard;
 use futures::{StreamExt, TryStreamExt};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -25,6 +26,7 @@ use super::readiness::CellHealth;
 use super::shared::Shared;
 use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
 use crate::shard::decide::{Decision, decide};
+use crate::shard::watched::WatchedShard;
 use crate::shard::{CachedShard, ShardKey};
 
 /// What the watch was doing when the cell forbade it (a `/ready` reason names it).
@@ -76,7 +78,7 @@ pub fn step(event: &watcher::Event<EgressShard>) -> Step {
 
 /// The watch task.
 pub struct Watch {
-    api: Api<EgressShard>,
+    api: Api<WatchedShard>,
     writer: Writer<CachedShard>,
     shared: Shared,
     /// The shards the list in progress has shown.
@@ -84,14 +86,14 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn api(cell: Client, namespace: Option<&str>) -> Api<EgressShard> {
+    pub fn api(cell: Client, namespace: Option<&str>) -> Api<WatchedShard> {
         match namespace {
             Some(ns) => Api::namespaced(cell, ns),
             None => Api::all(cell),
         }
     }
 
-    pub fn new(api: Api<EgressShard>, writer: Writer<CachedShard>, shared: Shared) -> Self {
+    pub fn new(api: Api<WatchedShard>, writer: Writer<CachedShard>, shared: Shared) -> Self {
         Self {
             api,
             writer,
@@ -103,7 +105,6 @@ impl Watch {
     pub async fn run(mut self, stop: CancellationToken) {
         let mut stream = watcher(self.api.clone(), watcher::Config::default())
             .default_backoff()
-            .modify(crate::shard::cached::trim)
             .into_stream()
             .boxed();
         loop {
@@ -112,7 +113,7 @@ impl Watch {
                 item = stream.try_next() => item,
             };
             match item {
-                Ok(Some(event)) => self.apply(event),
+                Ok(Some(event)) => self.apply(unwrapped(event)),
                 Ok(None) => return,
                 Err(err) => self.failed(&err),
             }
@@ -123,9 +124,9 @@ impl Watch {
         let shared = &self.shared;
         shared.readiness.set_cell(CellHealth::Up);
         shared.readiness.set_forbidden(WATCHING, None);
-        let step = step(&event);
+        let step = self.sharing_keys(step(&event));
         let ready = self.record(&step, &event);
-        self.writer.apply_watcher_event(&cached(event));
+        self.writer.apply_watcher_event(&cached(event, &step));
         let shared = &self.shared;
         if shared.leader.holds() {
             for key in ready {
@@ -155,6 +156,35 @@ impl Watch {
                 shared.readiness.set_synced();
             }
             _ => {}
+        }
+    }
+
+    /// `step` with the key the cache already holds for its shard, so the cache, the memory and
+    /// the queue share one copy of its strings.
+    fn sharing_keys(&self, step: Step) -> Step {
+        let shared = |key: ShardKey| {
+            self.shared
+                .store
+                .get(&ObjectRef::new(&key.name).within(&key.namespace))
+                .map(|c| c.key())
+                .unwrap_or(key)
+        };
+        match step {
+            Step::Listed(key) => Step::Listed(shared(key)),
+            Step::Changed {
+                key,
+                queue,
+                version,
+            } => Step::Changed {
+                key: shared(key),
+                queue,
+                version,
+            },
+            Step::Deleted { key, version } => Step::Deleted {
+                key: shared(key),
+                version,
+            },
+            other => other,
         }
     }
 
@@ -235,13 +265,30 @@ impl Watch {
     }
 }
 
-/// The event as the cache stores it (see [`CachedShard`]).
-fn cached(event: watcher::Event<EgressShard>) -> watcher::Event<CachedShard> {
+/// The event with the shard as the rest of the controller reads it.
+fn unwrapped(event: watcher::Event<WatchedShard>) -> watcher::Event<EgressShard> {
     match event {
-        watcher::Event::Apply(s) => watcher::Event::Apply(CachedShard::new(s)),
-        watcher::Event::Delete(s) => watcher::Event::Delete(CachedShard::new(s)),
+        watcher::Event::Apply(s) => watcher::Event::Apply(s.0),
+        watcher::Event::Delete(s) => watcher::Event::Delete(s.0),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(s) => watcher::Event::InitApply(CachedShard::new(s)),
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(s.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// The event as the cache stores it (see [`CachedShard`]), under the key `step` names.
+fn cached(event: watcher::Event<EgressShard>, step: &Step) -> watcher::Event<CachedShard> {
+    let record = |s: &EgressShard| match step {
+        Step::Listed(key) | Step::Changed { key, .. } | Step::Deleted { key, .. } => {
+            CachedShard::with_key(key.clone(), s)
+        }
+        Step::ListStarts | Step::ListDone => CachedShard::new(s),
+    };
+    match event {
+        watcher::Event::Apply(s) => watcher::Event::Apply(record(&s)),
+        watcher::Event::Delete(s) => watcher::Event::Delete(record(&s)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(record(&s)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }

@@ -1,12 +1,11 @@
 //! What a shard, as the cache holds it, needs; and the single write that gives it an address.
 
-use std::collections::BTreeMap;
-
 use egress_api::shard::{
     AddressClaimRef, CLAIM_REF_DEFAULT_API_GROUP, EgressShard, LABEL_EGRESS_IPV6,
     LABEL_VALUE_FAMILY_SERVED,
 };
 use kube::ResourceExt;
+use serde_json::{Value, json};
 
 use crate::ipam::holding::Holding;
 
@@ -42,23 +41,63 @@ fn has_served_label(shard: &EgressShard) -> bool {
     shard.labels().get(LABEL_EGRESS_IPV6).map(String::as_str) == Some(LABEL_VALUE_FAMILY_SERVED)
 }
 
-fn set_served_label(shard: &mut EgressShard) {
-    shard
-        .metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert(
-            LABEL_EGRESS_IPV6.to_string(),
-            LABEL_VALUE_FAMILY_SERVED.to_string(),
-        );
+/// One conditional write to a shard: a JSON merge patch of the fields it sets and the
+/// resourceVersion the decision was made on. The API server takes a resourceVersion in a patch
+/// as a precondition (409 Conflict when the shard changed since), so the patch is the one
+/// optimistic-concurrency update a PUT of the object was, without the object: every other
+/// field stays as the server has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardPatch {
+    resource_version: String,
+    address: Option<(String, AddressClaimRef)>,
 }
 
-/// The shard as read, with the served label added. Everything else, including the
-/// resourceVersion that makes the update conditional, is sent back as read.
-pub fn mark_served(shard: &EgressShard) -> EgressShard {
-    let mut out = shard.clone();
-    set_served_label(&mut out);
-    out
+impl ShardPatch {
+    /// The served label only. `None` for a shard without a resourceVersion: nothing is written
+    /// unconditionally.
+    pub fn mark_served(shard: &EgressShard) -> Option<Self> {
+        Some(Self {
+            resource_version: shard.metadata.resource_version.clone()?,
+            address: None,
+        })
+    }
+
+    /// Address, ref and label together.
+    ///
+    /// The ref is set even over a different existing one (the patch names every field of a
+    /// ref, so the result is exactly this ref): the server's write-once rule then refuses the
+    /// update, which is the answer we want rather than a silent overwrite or skip.
+    pub fn assign(shard: &EgressShard, holding: &Holding, platform_project: &str) -> Option<Self> {
+        Some(Self {
+            resource_version: shard.metadata.resource_version.clone()?,
+            address: Some((
+                holding.address.to_string(),
+                claim_ref(holding, platform_project),
+            )),
+        })
+    }
+
+    /// The resourceVersion the write is conditional on.
+    pub fn resource_version(&self) -> &str {
+        &self.resource_version
+    }
+
+    /// The merge patch's body.
+    pub fn to_json(&self) -> Value {
+        let mut patch = json!({
+            "metadata": {
+                "resourceVersion": self.resource_version,
+                "labels": { LABEL_EGRESS_IPV6: LABEL_VALUE_FAMILY_SERVED },
+            },
+        });
+        if let Some((address, claim_ref)) = &self.address {
+            patch["spec"] = json!({
+                "shardAddressIPv6": address,
+                "shardAddressIPv6ClaimRef": claim_ref,
+            });
+        }
+        patch
+    }
 }
 
 /// The ref recorded for a holding.
@@ -70,18 +109,6 @@ pub fn claim_ref(holding: &Holding, platform_project: &str) -> AddressClaimRef {
         namespace: holding.namespace.clone(),
         name: holding.name.clone(),
     }
-}
-
-/// The shard as read, with address, ref and label set, for one conditional update.
-///
-/// The ref is assigned even over a different existing one: the server's write-once rule then
-/// refuses the update, which is the answer we want rather than a silent overwrite or skip.
-pub fn assign(shard: &EgressShard, holding: &Holding, platform_project: &str) -> EgressShard {
-    let mut out = shard.clone();
-    out.spec.shard_address_ipv6 = holding.address.to_string();
-    out.spec.shard_address_ipv6_claim_ref = Some(claim_ref(holding, platform_project));
-    set_served_label(&mut out);
-    out
 }
 
 /// Whether a shard is addressed but carries no ref (hand-set, or from a controller older than
@@ -96,6 +123,7 @@ mod tests {
     use crate::ipam::holding::HolderKind;
     use egress_api::shard::{EgressShardSpec, TargetRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::collections::BTreeMap;
 
     fn shard() -> EgressShard {
         let mut s = EgressShard::new(
@@ -152,12 +180,13 @@ mod tests {
         let mut s = shard();
         s.spec.shard_address_ipv6 = "2607:ed40:70::9".into();
         assert_eq!(decide(&s), Decision::MarkServed);
-        let marked = mark_served(&s);
-        assert_eq!(decide(&marked), Decision::Nothing);
-        assert_eq!(marked.spec, s.spec, "marking never touches spec");
-        assert!(marked.spec.shard_address_ipv6_claim_ref.is_none());
-        assert_eq!(marked.metadata.resource_version.as_deref(), Some("42"));
-        assert!(is_unattributable(&marked));
+        assert!(is_unattributable(&s));
+        let patch = ShardPatch::mark_served(&s).unwrap().to_json();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"resourceVersion": "42", "labels": {LABEL_EGRESS_IPV6: "true"}}}),
+            "the label and the precondition, never spec"
+        );
     }
 
     #[test]
@@ -173,45 +202,41 @@ mod tests {
     }
 
     #[test]
-    fn assign_writes_address_ref_and_label_on_the_object_as_read() {
+    fn assign_writes_address_ref_and_label_conditional_on_the_version_read() {
         let s = shard();
-        let out = assign(&s, &holding(HolderKind::IPAllocation), "datum-platform");
-        assert_eq!(out.spec.shard_address_ipv6, "2607:ed40:70::1");
+        let patch =
+            ShardPatch::assign(&s, &holding(HolderKind::IPAllocation), "datum-platform").unwrap();
+        assert_eq!(patch.resource_version(), "42");
         assert_eq!(
-            out.spec.shard_address_ipv6_claim_ref,
-            Some(AddressClaimRef {
-                api_group: "ipam.miloapis.com".into(),
-                kind: "IPAllocation".into(),
-                project: "datum-platform".into(),
-                namespace: "default".into(),
-                name: "egress-shard-ipv6.galactic-system.worker-1".into(),
+            patch.to_json(),
+            json!({
+                "metadata": {
+                    "resourceVersion": "42",
+                    "labels": {"network.datumapis.com/egress-ipv6": "true"},
+                },
+                "spec": {
+                    "shardAddressIPv6": "2607:ed40:70::1",
+                    "shardAddressIPv6ClaimRef": {
+                        "apiGroup": "ipam.miloapis.com",
+                        "kind": "IPAllocation",
+                        "project": "datum-platform",
+                        "namespace": "default",
+                        "name": "egress-shard-ipv6.galactic-system.worker-1",
+                    },
+                },
             })
         );
-        let labels = out.metadata.labels.as_ref().unwrap();
-        assert_eq!(
-            labels.get(LABEL_EGRESS_IPV6).map(String::as_str),
-            Some("true")
-        );
-        assert_eq!(
-            labels
-                .get("network.datumapis.com/egress-pool")
-                .map(String::as_str),
-            Some("p")
-        );
-        assert_eq!(out.metadata.resource_version.as_deref(), Some("42"));
-        assert_eq!(out.spec.target_ref, s.spec.target_ref);
-        assert_eq!(decide(&out), Decision::Nothing);
     }
 
     #[test]
-    fn assign_creates_the_label_map() {
+    fn nothing_is_written_without_a_version_to_be_conditional_on() {
         let mut s = shard();
-        s.metadata.labels = None;
-        let out = assign(&s, &holding(HolderKind::IPClaim), "p");
+        s.metadata.resource_version = None;
         assert_eq!(
-            out.spec.shard_address_ipv6_claim_ref.unwrap().kind,
-            "IPClaim"
+            ShardPatch::assign(&s, &holding(HolderKind::IPClaim), "p"),
+            None
         );
-        assert!(out.metadata.labels.unwrap().contains_key(LABEL_EGRESS_IPV6));
+        s.spec.shard_address_ipv6 = "2607:ed40:70::9".into();
+        assert_eq!(ShardPatch::mark_served(&s), None);
     }
 }

@@ -4,6 +4,9 @@
 pub mod cached;
 pub mod decide;
 pub mod memory;
+pub mod watched;
+
+use std::sync::Arc;
 
 use egress_api::shard::EgressShard;
 
@@ -11,14 +14,18 @@ pub use cached::CachedShard;
 pub use memory::{Gone, ShardMemory};
 
 /// A shard's namespace and name: the unit of work.
+///
+/// The strings are shared: the cache, the per-shard memory and the work queue each hold the key
+/// of every shard (the queue up to three times while a shard waits), and at 100,000 shards a
+/// copy of the strings per holder was megabytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ShardKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl ShardKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
         Self {
             namespace: namespace.into(),
             name: name.into(),
@@ -27,8 +34,8 @@ impl ShardKey {
 
     pub fn of(shard: &EgressShard) -> Self {
         Self::new(
-            shard.metadata.namespace.clone().unwrap_or_default(),
-            shard.metadata.name.clone().unwrap_or_default(),
+            shard.metadata.namespace.as_deref().unwrap_or_default(),
+            shard.metadata.name.as_deref().unwrap_or_default(),
         )
     }
 }

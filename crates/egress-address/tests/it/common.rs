@@ -136,9 +136,11 @@ impl Plane {
         );
     }
 
-    /// Updates of shards anyone sent (answered or refused).
+    /// Writes to shards (updates and patches) anyone sent, answered or refused.
     pub fn shard_updates(&self) -> u64 {
-        self.requests(|k| k.verb == "update" && k.resource.starts_with("egressshards"))
+        self.requests(|k| {
+            matches!(k.verb.as_str(), "update" | "patch") && k.resource.starts_with("egressshards")
+        })
     }
 }
 
@@ -472,4 +474,112 @@ pub fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> u64 {
         }
     }
     0
+}
+
+/// The controller's write as a server answers it, with `admin` creating and changing shard
+/// `name` and `controller` writing as the controller does: a merge patch carrying the
+/// resourceVersion it read is refused with 409 once the shard moved on, leaves the shard as it
+/// was, and, at the version the server has, sets address, ref and label and keeps every other
+/// field; a second address is refused by the write-once rules.
+pub async fn the_patch_is_conditional(
+    admin: &Api<EgressShard>,
+    controller: &Api<EgressShard>,
+    name: &str,
+) {
+    use egress_address::ipam::{HolderKind, Holding};
+    use egress_address::shard::decide::ShardPatch;
+    use kube::api::{Patch, PatchParams, PostParams};
+
+    let namespace = admin.namespace().unwrap_or_default().to_string();
+    let mut object = shard_object(&namespace, name);
+    object["metadata"]["annotations"] = json!({"owner": "datapath"});
+    let shard: EgressShard = serde_json::from_value(object).unwrap();
+    let read = admin.create(&PostParams::default(), &shard).await.unwrap();
+    let holding = |address: &str| Holding {
+        kind: HolderKind::IPClaim,
+        namespace: CLAIM_NS.into(),
+        name: format!("egress-shard-ipv6.{name}"),
+        address: address.parse().unwrap(),
+    };
+    let write = |read: &EgressShard, address: &str| {
+        let patch = ShardPatch::assign(read, &holding(address), PLATFORM).unwrap();
+        let controller = controller.clone();
+        async move {
+            controller
+                .patch(
+                    name,
+                    &PatchParams {
+                        field_manager: Some("egress-address-controller".into()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(patch.to_json()),
+                )
+                .await
+        }
+    };
+    // Someone else writes after the controller read.
+    let mut moved = read.clone();
+    moved
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("team".into(), "a".into());
+    let moved = admin
+        .replace(name, &PostParams::default(), &moved)
+        .await
+        .unwrap();
+    match write(&read, "2001:db8::1").await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"), "{s:?}")
+        }
+        other => panic!("a patch at a stale resourceVersion: {other:?}"),
+    }
+    let after = admin.get(name).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        moved.metadata.resource_version
+    );
+    assert_eq!(
+        after.spec.shard_address_ipv6, "",
+        "the refused patch wrote nothing"
+    );
+
+    let written = write(&moved, "2001:db8::1").await.unwrap();
+    assert_eq!(written.spec.shard_address_ipv6, "2001:db8::1");
+    assert_eq!(
+        written
+            .spec
+            .shard_address_ipv6_claim_ref
+            .as_ref()
+            .map(|r| r.name.as_str()),
+        Some(format!("egress-shard-ipv6.{name}").as_str())
+    );
+    let labels = written.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get(egress_api::shard::LABEL_EGRESS_IPV6)
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels.get("team").map(String::as_str),
+        Some("a"),
+        "other labels stay"
+    );
+    assert_eq!(
+        written
+            .metadata
+            .annotations
+            .and_then(|a| a.get("owner").cloned())
+            .as_deref(),
+        Some("datapath"),
+        "fields the patch does not name stay"
+    );
+    assert_eq!(written.spec.target_ref, shard.spec.target_ref);
+
+    let current = admin.get(name).await.unwrap();
+    match write(&current, "2001:db8::2").await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "{s:?}"),
+        other => panic!("a second address: {other:?}"),
+    }
 }

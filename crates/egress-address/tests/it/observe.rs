@@ -404,7 +404,7 @@ fn json_lines(logs: &str) -> Vec<serde_json::Map<String, Value>> {
 #[tokio::test]
 async fn json_logs_from_go_style_zap_flags_read_as_controller_runtime_writes_them() {
     let plane = Plane::start().await;
-    plane.set_faults(vec![fault("cell", "update", "egressshards", 500)]);
+    plane.set_faults(vec![fault("cell", "patch", "egressshards", 500)]);
     let mut p = Proc::launch(
         &plane,
         "zap",

@@ -299,6 +299,24 @@ async fn what_the_controller_may_do_is_what_the_runbook_says() {
     }
 }
 
+/// The controller's one write, a merge patch carrying the resourceVersion it read, sent with the
+/// controller's own identity: the real apiserver refuses it with 409 once the shard moved on,
+/// and its CEL rules refuse a second address.
+#[tokio::test]
+async fn the_patch_is_conditional_on_a_real_cell() {
+    const NS: &str = "real-patch";
+    let real = installed().await;
+    let admin = real.client(Identity::Admin).await.unwrap();
+    namespace(&admin, NS).await;
+    let controller = real.client(Identity::Controller).await.unwrap();
+    the_patch_is_conditional(
+        &Api::namespaced(admin, NS),
+        &Api::namespaced(controller, NS),
+        "conditional",
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_restart_over_ten_thousand_real_shards_writes_nothing() {
     use futures::StreamExt;

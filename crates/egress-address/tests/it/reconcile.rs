@@ -39,7 +39,7 @@ async fn a_new_shard_costs_exactly_two_requests() {
             && k.resource.starts_with("ipclaims")
             && k.code == 201)
     );
-    assert!(ours.iter().any(|(k, _)| k.verb == "update"
+    assert!(ours.iter().any(|(k, _)| k.verb == "patch"
         && k.resource.starts_with("egressshards")
         && k.code == 200));
 
@@ -569,14 +569,22 @@ async fn a_long_shard_name_uses_the_hashed_claim_name_end_to_end() {
     ctl.stop().await.unwrap();
 }
 
+/// localplane holds the write's resourceVersion to be a precondition, as the real apiserver
+/// does (`real_cell::the_patch_is_conditional_on_a_real_cell`).
+#[tokio::test]
+async fn the_address_patch_is_conditional_on_the_version_it_read() {
+    let plane = Plane::start().await;
+    the_patch_is_conditional(&plane.shards(), &plane.shards(), "conditional").await;
+}
+
 #[tokio::test]
 async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
     let plane = Plane::start().await;
-    plane.set_faults(vec![fault("cell", "update", "egressshards", 409)]);
+    plane.set_faults(vec![fault("cell", "patch", "egressshards", 409)]);
     let ctl = start_controller(&plane, settings()).await;
     plane.create_shard("raced").await;
     eventually(10, "a refused update", || async {
-        (plane.requests(|k| k.verb == "update" && k.code == 409) >= 1).then_some(())
+        (plane.requests(|k| k.verb == "patch" && k.code == 409) >= 1).then_some(())
     })
     .await;
     plane.clear_faults();

@@ -117,7 +117,7 @@ async fn a_lease_taken_by_another_stops_writes_until_it_expires() {
 async fn shutdown_finishes_the_write_in_flight_and_releases_the_lease() {
     let plane = Plane::start().await;
     let ctl = leading(&plane, "leaving").await;
-    let mut slow = fault("cell", "update", "egressshards", 0);
+    let mut slow = fault("cell", "patch", "egressshards", 0);
     slow.error_rate = 0.0;
     slow.commit_delay_ms = 800;
     plane.set_faults(vec![slow]);

@@ -49,7 +49,7 @@ impl AddressBook<'_> {
         if let Some(rv) = read_version
             && let Some(record) = self.0.lock().records.get_mut(key)
         {
-            record.written_over = Some(rv.to_string());
+            record.more_mut().written_over = Some(rv.to_string());
         }
     }
 
@@ -57,12 +57,14 @@ impl AddressBook<'_> {
     /// [`is_stale`](Self::is_stale) has nothing left to guard.
     pub fn cached_at(&self, key: &ShardKey, version: &str) {
         if let Some(record) = self.0.lock().records.get_mut(key)
-            && record
+            && let Some(more) = record.more.as_mut()
+            && more
                 .written_over
                 .as_deref()
                 .is_some_and(|ours| ours != version)
         {
-            record.written_over = None;
+            more.written_over = None;
+            record.settle();
         }
     }
 
@@ -73,12 +75,13 @@ impl AddressBook<'_> {
             return false;
         };
         match (
-            &record.written_over,
+            &record.more().written_over,
             shard.metadata.resource_version.as_ref(),
         ) {
             (Some(ours), Some(seen)) if ours == seen => true,
             (Some(_), _) => {
-                record.written_over = None;
+                record.more_mut().written_over = None;
+                record.settle();
                 false
             }
             _ => false,
@@ -97,7 +100,7 @@ impl AddressBook<'_> {
             return Err(other.clone());
         }
         let record = inner.records.entry(key.clone()).or_default();
-        let old = record.reserved.replace(address);
+        let old = record.more_mut().reserved.replace(address);
         inner.move_holder(key, old, Some(address));
         Ok(())
     }
@@ -109,7 +112,7 @@ impl AddressBook<'_> {
         let Some(record) = inner.records.get_mut(key) else {
             return;
         };
-        let Some(reserved) = record.reserved.take() else {
+        let Some(reserved) = record.more.as_mut().and_then(|m| m.reserved.take()) else {
             return;
         };
         if written && record.address.is_none() {

@@ -10,15 +10,16 @@ impl Failures<'_> {
     pub fn failed(&self, key: &ShardKey) -> u32 {
         let mut inner = self.0.lock();
         let record = inner.records.entry(key.clone()).or_default();
-        record.failures = record.failures.saturating_add(1);
-        record.failures
+        let more = record.more_mut();
+        more.failures = more.failures.saturating_add(1);
+        more.failures
     }
 
     /// Clears the failure count after a success.
     pub fn succeeded(&self, key: &ShardKey) {
         let mut inner = self.0.lock();
-        if let Some(record) = inner.records.get_mut(key) {
-            record.failures = 0;
+        if let Some(more) = inner.records.get_mut(key).and_then(|r| r.more.as_mut()) {
+            more.failures = 0;
         }
         inner.tidy(key);
     }

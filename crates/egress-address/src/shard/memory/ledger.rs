@@ -23,16 +23,19 @@ impl EventLedger<'_> {
             // A shard no longer known: nothing to say about it.
             return false;
         };
-        if let Some(said) = record.said.iter_mut().find(|s| s.reason == reason) {
-            if said.note == note && now.duration_since(said.at) < repeat_after {
+        let said_before = &mut record.more_mut().said;
+        if let Some(said) = said_before.iter_mut().find(|s| s.reason == reason) {
+            if *said.note == *note && now.duration_since(said.at) < repeat_after {
                 return false;
             }
-            said.note = note.to_string();
+            said.note = note.into();
             said.at = now;
         } else {
-            record.said.push(Said {
+            // One reason at a time is the rule: a default Vec would reserve room for four.
+            said_before.reserve_exact(1);
+            said_before.push(Said {
                 reason,
-                note: note.to_string(),
+                note: note.into(),
                 at: now,
             });
         }
@@ -42,14 +45,20 @@ impl EventLedger<'_> {
     /// Takes back an admitted event that could not be published, so the next attempt goes out.
     pub fn retract(&self, key: &ShardKey, reason: &str) {
         if let Some(record) = self.0.lock().records.get_mut(key) {
-            record.said.retain(|s| s.reason != reason);
+            if let Some(more) = record.more.as_mut() {
+                more.said.retain(|s| s.reason != reason);
+            }
+            record.settle();
         }
     }
 
     /// Forgets what events said about a shard (its address is written: nothing more will be).
     pub fn clear(&self, key: &ShardKey) {
         if let Some(record) = self.0.lock().records.get_mut(key) {
-            record.said = Vec::new();
+            if let Some(more) = record.more.as_mut() {
+                more.said = Vec::new();
+            }
+            record.settle();
         }
     }
 }

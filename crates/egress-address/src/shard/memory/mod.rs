@@ -62,30 +62,67 @@ impl Gone {
 #[derive(Debug, Default)]
 struct Record {
     state: Option<ShardState>,
+    /// The address the cached object carries.
+    address: Option<Ipv6Addr>,
+    /// What only a shard being worked on or released has: boxed, so the record of each of
+    /// 100,000 settled shards stays small.
+    more: Option<Box<More>>,
+}
+
+#[derive(Debug, Default)]
+struct More {
     written_over: Option<String>,
     failures: u32,
     said: Vec<Said>,
-    /// The address the cached object carries.
-    address: Option<Ipv6Addr>,
     /// An address being written right now.
     reserved: Option<Ipv6Addr>,
     gone: Vec<Gone>,
 }
 
+/// What a record without [`More`] reads as.
+static NO_MORE: More = More {
+    written_over: None,
+    failures: 0,
+    said: Vec::new(),
+    reserved: None,
+    gone: Vec::new(),
+};
+
+impl More {
+    fn is_empty(&self) -> bool {
+        self.written_over.is_none()
+            && self.failures == 0
+            && self.said.is_empty()
+            && self.reserved.is_none()
+            && self.gone.is_empty()
+    }
+}
+
 impl Record {
     fn is_empty(&self) -> bool {
-        self.state.is_none()
-            && self.gone.is_empty()
-            && self.failures == 0
-            && self.reserved.is_none()
-            && self.address.is_none()
+        self.state.is_none() && self.address.is_none() && self.more().is_empty()
+    }
+
+    fn more(&self) -> &More {
+        self.more.as_deref().unwrap_or(&NO_MORE)
+    }
+
+    fn more_mut(&mut self) -> &mut More {
+        self.more.get_or_insert_default()
+    }
+
+    /// Drops [`More`] once it holds nothing.
+    fn settle(&mut self) {
+        if self.more.as_deref().is_some_and(More::is_empty) {
+            self.more = None;
+        }
     }
 }
 
 #[derive(Debug)]
 struct Said {
     reason: &'static str,
-    note: String,
+    note: Box<str>,
     at: Instant,
 }
 
@@ -124,7 +161,7 @@ impl ShardMemory {
         let mut inner = self.lock();
         if let Some(record) = inner.records.remove(key) {
             inner.move_holder(key, record.address, None);
-            inner.move_holder(key, record.reserved, None);
+            inner.move_holder(key, record.more().reserved, None);
             inner.count(record.state, None, &self.metrics);
         }
     }
@@ -182,7 +219,8 @@ impl Inner {
         if old == new {
             return;
         }
-        let still_held = |r: &Record, a: Ipv6Addr| r.address == Some(a) || r.reserved == Some(a);
+        let still_held =
+            |r: &Record, a: Ipv6Addr| r.address == Some(a) || r.more().reserved == Some(a);
         if let Some(old) = old {
             let kept = self.records.get(key).is_some_and(|r| still_held(r, old));
             if !kept && let Some(keys) = self.holders.get_mut(&old) {
@@ -193,7 +231,11 @@ impl Inner {
             }
         }
         if let Some(new) = new {
-            let keys = self.holders.entry(new).or_default();
+            // Almost every address has one holder: a default Vec would reserve room for four.
+            let keys = self
+                .holders
+                .entry(new)
+                .or_insert_with(|| Vec::with_capacity(1));
             if !keys.contains(key) {
                 keys.push(key.clone());
             }
@@ -211,7 +253,11 @@ impl Inner {
     }
 
     fn tidy(&mut self, key: &ShardKey) {
-        if self.records.get(key).is_some_and(Record::is_empty) {
+        let Some(record) = self.records.get_mut(key) else {
+            return;
+        };
+        record.settle();
+        if record.is_empty() {
             self.records.remove(key);
         }
     }

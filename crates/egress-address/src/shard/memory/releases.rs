@@ -25,19 +25,20 @@ impl Releases<'_> {
         let record = inner.records.entry(key.clone()).or_default();
         let old_state = record.state.take();
         let old_address = record.address.take();
-        record.written_over = None;
-        record.said.clear();
+        let more = record.more_mut();
+        more.written_over = None;
+        more.said.clear();
         let gone = Gone {
             uid: last.and_then(|s| s.metadata.uid.clone()),
             claim_ref: last.and_then(|s| s.spec.shard_address_ipv6_claim_ref.clone()),
             seq,
         };
-        if !record
+        if !more
             .gone
             .iter()
             .any(|g| g.uid.is_some() && g.uid == gone.uid)
         {
-            record.gone.push(gone);
+            more.gone.push(gone);
         }
         inner.move_holder(key, old_address, None);
         inner.count(old_state, None, &self.0.metrics);
@@ -49,7 +50,7 @@ impl Releases<'_> {
             .lock()
             .records
             .get(key)
-            .map(|r| r.gone.clone())
+            .map(|r| r.more().gone.clone())
             .unwrap_or_default()
     }
 
@@ -59,7 +60,7 @@ impl Releases<'_> {
             .lock()
             .records
             .iter()
-            .filter(|(_, r)| !r.gone.is_empty())
+            .filter(|(_, r)| !r.more().gone.is_empty())
             .map(|(k, _)| k.clone())
             .collect()
     }
@@ -67,8 +68,8 @@ impl Releases<'_> {
     /// A deleted incarnation's claim was released (or found not to be held).
     pub fn released(&self, key: &ShardKey, gone: &Gone) {
         let mut inner = self.0.lock();
-        if let Some(record) = inner.records.get_mut(key) {
-            record.gone.retain(|g| g != gone);
+        if let Some(more) = inner.records.get_mut(key).and_then(|r| r.more.as_mut()) {
+            more.gone.retain(|g| g != gone);
         }
         inner.tidy(key);
     }
@@ -80,7 +81,7 @@ impl Releases<'_> {
         let oldest_pending = inner
             .records
             .values()
-            .flat_map(|r| r.gone.iter().map(|g| g.seq))
+            .flat_map(|r| r.more().gone.iter().map(|g| g.seq))
             .min();
         inner
             .deletions
@@ -101,14 +102,14 @@ impl Releases<'_> {
         let keys: Vec<ShardKey> = inner
             .records
             .iter()
-            .filter(|(_, r)| r.gone.iter().any(|g| g.seq <= upto))
+            .filter(|(_, r)| r.more().gone.iter().any(|g| g.seq <= upto))
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            if let Some(record) = inner.records.get_mut(&key) {
-                let before = record.gone.len();
-                record.gone.retain(|g| g.seq > upto);
-                dropped += before - record.gone.len();
+            if let Some(more) = inner.records.get_mut(&key).and_then(|r| r.more.as_mut()) {
+                let before = more.gone.len();
+                more.gone.retain(|g| g.seq > upto);
+                dropped += before - more.gone.len();
             }
             inner.tidy(&key);
         }
