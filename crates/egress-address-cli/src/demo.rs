@@ -21,6 +21,8 @@ use localplane::testing::{
 };
 use prometheus_client::registry::Registry;
 
+pub use crate::cell::CellKind;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
     /// How many shards to create.
@@ -42,13 +44,6 @@ pub struct DemoArgs {
     /// Go modules by testcluster/ (built on first use; needs Go). IPAM is localplane's either way.
     #[arg(long, value_enum, default_value_t = CellKind::Local)]
     pub cell: CellKind,
-}
-
-/// Which API server plays the cell.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CellKind {
-    Local,
-    Real,
 }
 
 fn humantime_secs(s: &str) -> Result<Duration, String> {

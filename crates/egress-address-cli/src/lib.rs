@@ -7,7 +7,8 @@
 //!                                judgement, tested without a server; chaos/invariants judges
 //!                                from store reads, tested on worlds with violations planted)
 //!  ↓
-//! fleet  table              controller processes against the test world; text tables
+//! fleet  cell  table        controller processes against the test world; which server is
+//!                           the cell (and the real one's install); text tables
 //! ```
 //!
 //! The world itself (localplane with a cell, the platform project, IPAM and the shipped
@@ -15,6 +16,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod cell;
 pub mod chaos;
 pub mod cli;
 pub mod conformance;

@@ -12,12 +12,13 @@ use egress_api::shard::EgressShard;
 use kube::Api;
 use kube::api::PostParams;
 
-use localplane::testing::{PLATFORM_PROJECT, World, is_addressed, shards_key};
+use localplane::testing::PLATFORM_PROJECT;
 
+use super::bed::{self, Bed, ControlPlaneUse, Progress};
 use super::host::{LoadAvg, load_range, mib};
-use super::report::pass;
+use super::report::{self, pass};
 use super::shape::{self, Objects, Timeline};
-use super::{BENCH_NAMESPACE, Common, command_line, controller_run, ideal, world_with};
+use super::{BENCH_NAMESPACE, Common, command_line, controller_run, ideal};
 
 /// Options of `bench churn`.
 #[derive(Args, Debug, Clone)]
@@ -88,6 +89,10 @@ pub struct ChurnReport {
     pub controller_requests_per_shard: f64,
     /// Reads of the drift check during the churn (it goes on at its own pace).
     pub controller_drift_reads: u64,
+    /// The real control plane during the churn beside the ideal client, and beside the
+    /// controller (the last run of each; none on localplane).
+    pub ideal_control_plane: Option<ControlPlaneUse>,
+    pub controller_control_plane: Option<ControlPlaneUse>,
 }
 
 /// The p99 target: at most this many times the ideal client's.
@@ -111,18 +116,37 @@ pub async fn measure(args: &ChurnArgs, bin: &Path) -> anyhow::Result<ChurnReport
     let mut cpu = Duration::ZERO;
     let mut requests = 0u64;
     let mut drift_reads = 0u64;
+    let cell = args.common.cell;
     for rep in 1..=args.repeat {
         eprintln!("bench churn: run {rep}: the ideal client");
-        let w = world_with(args.shards, objects).await?;
-        ideal::run(&w, BENCH_NAMESPACE, args.concurrency).await?;
-        let task = ideal::watch(&w, BENCH_NAMESPACE, args.concurrency).await?;
-        let (waits, load) = churn(&w, args, rep, timeout).await?;
+        let bed = Bed::start(cell, args.shards, objects).await?;
+        let ideal_cell = bed.ideal_cell_client().await?;
+        ideal::run(
+            ideal_cell.clone(),
+            bed.world.claims(),
+            BENCH_NAMESPACE,
+            args.concurrency,
+        )
+        .await?;
+        let task = ideal::watch(
+            ideal_cell,
+            bed.world.claims(),
+            BENCH_NAMESPACE,
+            args.concurrency,
+        )
+        .await?;
+        let mut progress = bed.progress().await?;
+        let cp_before = bed::control_plane_cpu(&bed);
+        let (waits, load) = churn(&bed, &mut progress, args, rep, timeout).await?;
+        report.ideal_control_plane = bed::control_plane_use(&bed, cp_before);
         task.abort();
-        w.shutdown().await;
+        drop(progress);
+        bed.shutdown().await;
         merge(&mut report.ideal, waits, load);
 
         eprintln!("bench churn: run {rep}: the controller");
-        let (_, w, mut ctl, _) = controller_run(
+        let (_, mut bed, mut ctl, _) = controller_run(
+            cell,
             bin,
             args.shards,
             args.concurrency,
@@ -132,9 +156,13 @@ pub async fn measure(args: &ChurnArgs, bin: &Path) -> anyhow::Result<ChurnReport
             &[],
         )
         .await?;
-        w.reset_counters();
+        // On the real cell the bench's watch is counted when it ends: after the run's counts.
+        let mut progress = bed.progress().await?;
+        bed.reset_counters().await?;
         let before = ctl.cpu_time();
-        let (waits, load) = churn(&w, args, rep, timeout).await?;
+        let cp_before = bed::control_plane_cpu(&bed);
+        let (waits, load) = churn(&bed, &mut progress, args, rep, timeout).await?;
+        report.controller_control_plane = bed::control_plane_use(&bed, cp_before);
         ctl.check_alive()?;
         if let (Some(after), Some(before)) = (ctl.cpu_time(), before) {
             cpu += after.saturating_sub(before);
@@ -143,14 +171,15 @@ pub async fn measure(args: &ChurnArgs, bin: &Path) -> anyhow::Result<ChurnReport
             |k: &localplane::RequestKey| k.plane == PLATFORM_PROJECT && k.verb == "get";
         // The churn's own shard creates are counted on the cell too; the controller makes none.
         let is_churn_create = |k: &localplane::RequestKey| k.plane == "cell" && k.verb == "create";
-        requests += w
-            .lp()
-            .metrics()
-            .count(|k| super::report::is_shard_work(k) && !is_drift_read(k) && !is_churn_create(k));
-        drift_reads += w.lp().metrics().count(is_drift_read);
+        let counts = bed.counts().await?;
+        requests += report::count(&counts, |k| {
+            report::is_shard_work(k) && !is_drift_read(k) && !is_churn_create(k)
+        });
+        drift_reads += report::count(&counts, is_drift_read);
+        drop(progress);
         report.controller_peak_rss = report.controller_peak_rss.max(ctl.peak_rss());
         ctl.stop(Duration::from_secs(10)).await;
-        w.shutdown().await;
+        bed.shutdown().await;
         merge(&mut report.controller, waits, load);
     }
     let created = (report.controller.waits.len() + report.controller.unaddressed).max(1);
@@ -169,14 +198,18 @@ fn merge(into: &mut Waits, mut from: Waits, load: Option<LoadAvg>) {
 
 /// Creates `rate × seconds` shards over HTTP on a steady schedule, then waits until every shard
 /// of the namespace is addressed; the waits of the new ones, and the load average at the end.
+/// On localplane a wait runs from the create's commit to the address's, as the store records
+/// them; on the real cell from the bench's watch seeing the shard created to it seeing the
+/// address (one watch, so its delivery delay is on both ends).
 async fn churn(
-    w: &World,
+    bed: &Bed,
+    progress: &mut Progress,
     args: &ChurnArgs,
     rep: usize,
     timeout: Duration,
 ) -> anyhow::Result<(Waits, Option<LoadAvg>)> {
-    let timeline = Timeline::record(w, BENCH_NAMESPACE);
-    let api: Api<EgressShard> = Api::namespaced(w.cell(), BENCH_NAMESPACE);
+    let timeline = (!bed.is_real()).then(|| Timeline::record(&bed.world, BENCH_NAMESPACE));
+    let api: Api<EgressShard> = Api::namespaced(bed.cell_admin(), BENCH_NAMESPACE);
     let total = (args.rate * args.seconds as f64).round() as usize;
     let every = Duration::from_secs_f64(1.0 / args.rate);
     let start = tokio::time::Instant::now();
@@ -191,22 +224,25 @@ async fn churn(
         let api = api.clone();
         // Each create in a task of its own: a slow answer must not hold up the schedule.
         creates.spawn(async move { api.create(&PostParams::default(), &shard).await });
+        // The watch's events are taken in as they come, so each is timed when it arrives.
+        progress.wait_for(Duration::ZERO, |_, _| false).await;
     }
     while let Some(done) = creates.join_next().await {
         done?.context("creating a shard")?;
     }
-    let mut progress = w
-        .lp()
-        .cell()
-        .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
     progress.wait_for(timeout, |all, done| all == done).await;
     // The last address is seen at its commit, a moment before its request is counted.
-    tokio::time::timeout(timeout, w.lp().metrics().settled())
+    tokio::time::timeout(timeout, bed.settled())
         .await
         .context("requests still in flight after every shard was addressed")?;
     let load = LoadAvg::now();
     let mut waits = Waits::default();
-    for (_, wait) in timeline.waits() {
+    let all = match (&timeline, progress) {
+        (Some(t), _) => t.waits(),
+        (None, Progress::Real(t)) => t.waits(),
+        (None, Progress::Local(_)) => vec![],
+    };
+    for (_, wait) in all {
         match wait {
             Some(d) => waits.waits.push(d),
             None => waits.unaddressed += 1,
@@ -257,6 +293,27 @@ impl ChurnReport {
             self.controller_drift_reads,
             mib(self.controller_peak_rss),
         ));
+        if let (Some(c), Some(i)) = (self.controller_control_plane, self.ideal_control_plane) {
+            let per = |u: ControlPlaneUse| {
+                u.cpu
+                    .map(|d| {
+                        format!(
+                            "{:.3} ms",
+                            d.as_secs_f64() * 1000.0 / (self.rate * self.seconds as f64).max(1.0)
+                        )
+                    })
+                    .unwrap_or_else(|| "n/a".into())
+            };
+            s.push_str(&format!(
+                "\nThe real control plane during the churn (the last run): {} CPU per new shard beside the controller, {} beside the ideal client; RSS {} and {} at the end (peak {} and {}).\n",
+                per(c),
+                per(i),
+                mib(c.rss),
+                mib(i.rss),
+                mib(c.peak_rss),
+                mib(i.peak_rss),
+            ));
+        }
         s
     }
 }

@@ -67,13 +67,17 @@ pub async fn measure(args: &GrowthArgs, bin: &Path) -> anyhow::Result<GrowthRepo
         sizes: vec![],
     };
     for &n in &args.shards {
-        let (mut runs, mut ideal_walls) = (vec![], vec![]);
+        let (mut runs, mut ideal_walls, mut ideal_cps) = (vec![], vec![], vec![]);
         let mut restart = None;
         for rep in 1..=args.repeat {
             eprintln!("bench growth: {n} shards, run {rep}");
-            ideal_walls.push(ideal_run(n, args.concurrency, objects, timeout).await?);
-            let (run, w, ctl, spec) =
-                controller_run(bin, n, args.concurrency, rep, timeout, objects, &[]).await?;
+            let cell = args.common.cell;
+            let (ideal_wall, ideal_cp) =
+                ideal_run(cell, n, args.concurrency, objects, timeout).await?;
+            ideal_walls.push(ideal_wall);
+            ideal_cps.extend(ideal_cp);
+            let (run, mut bed, ctl, spec) =
+                controller_run(cell, bin, n, args.concurrency, rep, timeout, objects, &[]).await?;
             eprintln!(
                 "bench growth: {n} shards: controller {:.2} s, ideal {:.2} s",
                 run.wall.as_secs_f64(),
@@ -82,13 +86,16 @@ pub async fn measure(args: &GrowthArgs, bin: &Path) -> anyhow::Result<GrowthRepo
             runs.push(run);
             ctl.stop(Duration::from_secs(10)).await;
             if rep == args.repeat {
-                restart =
-                    Some(restart_after(args.restart_watch_seconds, &w, &spec, n, timeout).await?);
+                restart = Some(
+                    restart_after(args.restart_watch_seconds, &mut bed, &spec, n, timeout).await?,
+                );
             }
-            w.shutdown().await;
+            bed.shutdown().await;
         }
+        let mut measurement = Measurement::new(runs, ideal_walls);
+        measurement.ideal_control_plane = ideal_cps;
         report.sizes.push(Size {
-            measurement: Measurement::new(runs, ideal_walls),
+            measurement,
             restart: restart.expect("the last run restarts"),
         });
     }
@@ -143,13 +150,36 @@ impl GrowthReport {
                     .collect::<Vec<LoadAvg>>()
             ),
         );
-        s.push_str("| shards | controller wall | ideal wall | ratio | controller wall per 1,000 shards | controller CPU per shard | controller CPU, share of one core | localplane CPU per shard | localplane CPU, share of one core | peak RSS | restart: time to /ready | restart: peak RSS | load |\n");
-        s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        let real = self.sizes.iter().any(|z| z.measurement.on_real_cell());
+        s.push_str("| shards | controller wall | ideal wall | ratio | controller wall per 1,000 shards | controller CPU per shard | controller CPU, share of one core | localplane CPU per shard | localplane CPU, share of one core | peak RSS | restart: time to /ready | restart: peak RSS |");
+        if real {
+            s.push_str(" control plane CPU per shard (ideal's) | control plane CPU, share of one core | control plane RSS (peak) |");
+        }
+        s.push_str(" load |\n");
+        s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        if real {
+            s.push_str("---:|---:|---:|");
+        }
+        s.push_str("---:|\n");
         for z in &self.sizes {
             let m = &z.measurement;
             let r = median_run(m);
+            let control_plane = if real {
+                let (ctl, ideal) = m.control_plane_cpu_per_shard_ms();
+                let (rss, peak) = m.control_plane_rss();
+                format!(
+                    " {} ({}) | {} | {} ({}) |",
+                    super::report::cpu_ms(ctl),
+                    super::report::cpu_ms(ideal),
+                    percent_of_core(r.control_plane.and_then(|c| c.cpu), r.wall),
+                    mib(rss),
+                    mib(peak)
+                )
+            } else {
+                String::new()
+            };
             s.push_str(&format!(
-                "| {} | {} | {} | {:.2} | {:.3} s | {} | {} | {} | {} | {} | {:.2} s | {} | {} |\n",
+                "| {} | {} | {} | {:.2} | {:.3} s | {} | {} | {} | {} | {} | {:.2} s | {} |{} {} |\n",
                 m.shards(),
                 spread(&m.walls()),
                 spread(&m.ideal_walls),
@@ -162,6 +192,7 @@ impl GrowthReport {
                 mib(m.peak_rss()),
                 z.restart.to_ready.as_secs_f64(),
                 mib(z.restart.peak_rss),
+                control_plane,
                 load_range(&m.loads()),
             ));
         }

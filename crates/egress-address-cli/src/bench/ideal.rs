@@ -25,9 +25,7 @@ use futures::StreamExt;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 
-use localplane::testing::{
-    ADDRESS_CLASS, ADMIN, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, World, address_of,
-};
+use localplane::testing::{ADDRESS_CLASS, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, address_of};
 
 use crate::fleet;
 
@@ -71,21 +69,22 @@ async fn client_from(path: &Path) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).with_context(|| format!("a client from {}", path.display()))
 }
 
-/// Starts the ideal client as a process of its own over the shards of `namespace` in `world`,
-/// as the admin of both planes. It exits once every shard it listed is addressed. It runs on one
-/// runtime thread, as the controller does by default, so the two differ in what they do, not in
-/// how their requests are scheduled.
+/// Starts the ideal client as a process of its own over the shards of `namespace` in the cell
+/// of `cell_kubeconfig`, claiming through `ipam_kubeconfig`. It exits once every shard it listed
+/// is addressed. It runs on one runtime thread, as the controller does by default, so the two
+/// differ in what they do, not in how their requests are scheduled.
 pub fn spawn(
-    world: &World,
+    cell_kubeconfig: &Path,
+    ipam_kubeconfig: &Path,
     namespace: &str,
     concurrency: usize,
 ) -> anyhow::Result<tokio::process::Child> {
     let bin = fleet::locate_binary("egress-address")?;
     tokio::process::Command::new(&bin)
         .args(["bench", "ideal-client", "--cell-kubeconfig"])
-        .arg(world.kubeconfig("cell", ADMIN))
+        .arg(cell_kubeconfig)
         .arg("--ipam-kubeconfig")
-        .arg(world.kubeconfig(world.project(), ADMIN))
+        .arg(ipam_kubeconfig)
         .args(["--namespace", namespace, "--concurrency"])
         .arg(concurrency.to_string())
         .env("TOKIO_WORKER_THREADS", "1")
@@ -96,12 +95,17 @@ pub fn spawn(
         .with_context(|| format!("starting {}", bin.display()))
 }
 
-/// Addresses every shard of `namespace` with `concurrency` parallel tasks inside this process;
-/// the wall time.
-pub async fn run(world: &World, namespace: &str, concurrency: usize) -> anyhow::Result<Duration> {
+/// Addresses every shard of `namespace` of the cell `cell` with `concurrency` parallel tasks
+/// inside this process, claiming through `claims`; the wall time.
+pub async fn run(
+    cell: kube::Client,
+    claims: Api<IPClaim>,
+    namespace: &str,
+    concurrency: usize,
+) -> anyhow::Result<Duration> {
     address_all(
-        Api::namespaced(world.cell(), namespace),
-        world.claims(),
+        Api::namespaced(cell, namespace),
+        claims,
         namespace,
         concurrency,
     )
@@ -200,14 +204,14 @@ async fn address_one(
 /// time (the watch waits while all are busy, as a work queue would). Returns once its watch has
 /// listed the namespace, with the task, which runs until aborted.
 pub async fn watch(
-    world: &World,
+    cell: kube::Client,
+    claims: Api<IPClaim>,
     namespace: &str,
     concurrency: usize,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use kube::runtime::watcher;
 
-    let shards: Api<EgressShard> = Api::namespaced(world.cell(), namespace);
-    let claims: Api<IPClaim> = world.claims();
+    let shards: Api<EgressShard> = Api::namespaced(cell, namespace);
     let namespace = namespace.to_string();
     let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {

@@ -8,6 +8,7 @@
 //! cell grows), `outage` (IPAM down while shards wait) and `soak` (a long run: idle cost per
 //! shard per hour, RSS over time).
 
+pub mod bed;
 pub mod churn;
 pub mod growth;
 pub mod host;
@@ -24,8 +25,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
-use localplane::testing::{World, is_addressed, shards_key};
+use bed::{Bed, ControlPlaneUse, Progress};
 
+use crate::cell::CellKind;
 use crate::fleet::{self, Controller, ControllerSpec};
 use host::LoadAvg;
 use report::is_event;
@@ -76,6 +78,11 @@ pub struct Common {
     /// Also write the markdown report to this file.
     #[arg(long, env = "BENCH_OUTPUT")]
     pub output: Option<PathBuf>,
+    /// The cell: localplane, or the real kube-apiserver and etcd (a fresh one per run; IPAM is
+    /// localplane's either way). The matrix, churn and growth run on both; outage and soak on
+    /// localplane only.
+    #[arg(long, value_enum, default_value_t = CellKind::Local, env = "BENCH_CELL")]
+    pub cell: CellKind,
 }
 
 /// Prints a report and writes it to `--output`.
@@ -141,6 +148,10 @@ pub struct BenchArgs {
     /// The shards' shape: production (labels, annotations, status, managedFields) or bare.
     #[arg(long, value_enum, default_value_t = Objects::Production, env = "BENCH_OBJECTS")]
     pub objects: Objects,
+    /// The cell: localplane, or the real kube-apiserver and etcd (a fresh one per run; IPAM is
+    /// localplane's either way).
+    #[arg(long, value_enum, default_value_t = CellKind::Local, env = "BENCH_CELL")]
+    pub cell: CellKind,
 }
 
 /// Runs the matrix or a mode and prints its markdown report.
@@ -163,11 +174,13 @@ pub async fn run(cli: BenchCli) -> anyhow::Result<()> {
             emit(&r.markdown(), a.common.output.as_deref())
         }
         Some(Mode::Outage(a)) => {
+            bed::require_local(a.common.cell, "outage")?;
             let bin = fleet::controller_for_cli(a.common.controller_bin.as_deref())?;
             let r = outage::measure(&a, &bin).await?;
             emit(&r.markdown(), a.common.output.as_deref())
         }
         Some(Mode::Soak(a)) => {
+            bed::require_local(a.common.cell, "soak")?;
             let bin = fleet::controller_for_cli(a.common.controller_bin.as_deref())?;
             let r = soak::measure(&a, &bin).await?;
             emit(&r.markdown(), a.common.output.as_deref())
@@ -188,6 +201,7 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
     let timeout = Duration::from_secs(args.run_timeout_seconds);
     let mut report = BenchReport {
         objects: args.objects,
+        cell: args.cell,
         command: command_line(),
         ..BenchReport::default()
     };
@@ -200,11 +214,14 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
         eprintln!("bench: {n} shards at concurrency {c}");
         let mut runs = vec![];
         let mut ideal_walls = vec![];
+        let mut ideal_cps = vec![];
         for rep in 1..=args.repeat {
             // Ideal and controller runs alternate, so a slow spell of the machine hits both.
-            ideal_walls.push(ideal_run(n, c, args.objects, timeout).await?);
-            let (run, w, mut ctl, spec) =
-                controller_run(bin, n, c, rep, timeout, args.objects, &[]).await?;
+            let (ideal_wall, ideal_cp) = ideal_run(args.cell, n, c, args.objects, timeout).await?;
+            ideal_walls.push(ideal_wall);
+            ideal_cps.extend(ideal_cp);
+            let (run, mut bed, mut ctl, spec) =
+                controller_run(args.cell, bin, n, c, rep, timeout, args.objects, &[]).await?;
             eprintln!(
                 "bench: run {rep}/{}: controller {:.2} s, ideal {:.2} s, load {}",
                 args.repeat,
@@ -215,46 +232,45 @@ pub async fn measure(args: &BenchArgs, bin: &Path) -> anyhow::Result<BenchReport
             runs.push(run);
             let last = i + 1 == configs.len() && rep == args.repeat;
             if last {
-                report.idle = idle_after(args, &w, &mut ctl, n).await?;
+                report.idle = idle_after(args, &mut bed, &mut ctl, n).await?;
             }
             ctl.stop(Duration::from_secs(10)).await;
             if last && !args.no_restart {
-                report.restart =
-                    Some(restart_after(args.restart_watch_seconds, &w, &spec, n, timeout).await?);
+                report.restart = Some(
+                    restart_after(args.restart_watch_seconds, &mut bed, &spec, n, timeout).await?,
+                );
             }
-            w.shutdown().await;
+            bed.shutdown().await;
         }
-        let m = Measurement::new(runs, ideal_walls);
+        let mut m = Measurement::new(runs, ideal_walls);
+        m.ideal_control_plane = ideal_cps;
         eprintln!("bench: {}", m.summary());
         report.runs.push(m);
     }
     Ok(report)
 }
 
-/// A fresh world with `n` unaddressed shards of the given shape in the bench namespace.
-async fn world_with(n: usize, objects: Objects) -> anyhow::Result<World> {
-    let w = fleet::world().start().await?;
-    shape::prepare(&w, objects);
-    shape::seed(&w, BENCH_NAMESPACE, "shard", 0..n, objects);
-    Ok(w)
-}
-
-/// The ideal client over N fresh shards in a localplane of its own, as a process of its own; its
-/// wall time, from its spawn to its last address, as the controller's is taken.
+/// The ideal client over N fresh shards on a bed of its own, as a process of its own; its wall
+/// time, from its spawn to its last address, as the controller's is taken, and on the real cell
+/// what the control plane used meanwhile.
 async fn ideal_run(
+    kind: CellKind,
     n: usize,
     c: usize,
     objects: Objects,
     timeout: Duration,
-) -> anyhow::Result<Duration> {
-    let w = world_with(n, objects).await?;
-    w.reset_counters();
-    let mut progress = w
-        .lp()
-        .cell()
-        .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
+) -> anyhow::Result<(Duration, Option<ControlPlaneUse>)> {
+    let mut bed = Bed::start(kind, n, objects).await?;
+    let mut progress = bed.progress().await?;
+    bed.reset_counters().await?;
+    let cp_before = bed::control_plane_cpu(&bed);
     let started = Instant::now();
-    let mut client = ideal::spawn(&w, BENCH_NAMESPACE, c)?;
+    let mut client = ideal::spawn(
+        &bed.ideal_cell_kubeconfig(),
+        &bed.ideal_ipam_kubeconfig(),
+        BENCH_NAMESPACE,
+        c,
+    )?;
     let wall = loop {
         let (total, done) = progress
             .wait_for(Duration::from_millis(25), |total, done| total == done)
@@ -271,25 +287,30 @@ async fn ideal_run(
             bail!("the ideal client addressed {done} of {total} shards in {timeout:?}");
         }
     };
+    let control_plane = bed::control_plane_use(&bed, cp_before);
     let status = tokio::time::timeout(timeout, client.wait())
         .await
         .context("the ideal client did not exit after addressing every shard")??;
     if !status.success() {
         bail!("the ideal client exited with {status}");
     }
-    w.lp().metrics().settled().await;
+    bed.settled().await;
     // One list, then two requests per shard.
-    let ideal_requests = w.lp().metrics().total();
+    let counts = bed.counts().await?;
+    let ideal_requests = report::count(&counts, |_| true);
     if ideal_requests != 2 * n as u64 + 1 {
-        bail!("the ideal client made {ideal_requests} requests for {n} shards");
+        bail!("the ideal client made {ideal_requests} requests for {n} shards: {counts:?}");
     }
-    w.shutdown().await;
-    Ok(wall)
+    drop(progress);
+    bed.shutdown().await;
+    Ok((wall, control_plane))
 }
 
 /// The controller over N fresh shards, until every one is addressed and its events have landed.
-/// The world and the controller are handed back still running.
+/// The bed and the controller are handed back still running.
+#[allow(clippy::too_many_arguments)]
 async fn controller_run(
+    kind: CellKind,
     bin: &Path,
     n: usize,
     c: usize,
@@ -297,25 +318,32 @@ async fn controller_run(
     timeout: Duration,
     objects: Objects,
     extra_args: &[String],
-) -> anyhow::Result<(Run, World, Controller, ControllerSpec)> {
-    let w = world_with(n, objects).await?;
+) -> anyhow::Result<(Run, Bed, Controller, ControllerSpec)> {
+    let mut bed = Bed::start(kind, n, objects).await?;
     let spec = ControllerSpec {
         concurrency: c,
         extra_args: extra_args.to_vec(),
-        ..ControllerSpec::new(&w, bin.to_path_buf(), &format!("bench-{n}-{c}-{rep}"))
+        ..bed.controller_spec(bin.to_path_buf(), &format!("bench-{n}-{c}-{rep}"))
     };
-    w.reset_counters();
+    // Progress is followed from before the spawn; on the real cell its watch stays open until
+    // the run's requests are counted (the apiserver counts a watch when it ends).
+    let mut progress = bed.progress().await?;
+    bed.reset_counters().await?;
     let server_cpu_before = host::cpu_time(None);
+    let cp_before = bed::control_plane_cpu(&bed);
     let mut ctl = spec.spawn()?;
-    let (wall, ready) = until_addressed(&w, &mut ctl, timeout).await?;
+    let (wall, ready) = until_addressed(&bed, &mut progress, &mut ctl, timeout).await?;
     let cpu_at_wall = ctl.cpu_time();
     let server_cpu = host::cpu_time(None)
         .zip(server_cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
+    let control_plane = bed::control_plane_use(&bed, cp_before);
     let load = LoadAvg::now();
-    let events_done = until_events_sent(&w, ctl.started, wall, timeout).await;
+    let events_done = until_events_sent(&bed, ctl.started, wall, timeout).await?;
+    let counts = bed.counts().await?;
+    drop(progress);
     let mut run = Run::collect(
-        &w,
+        &counts,
         n,
         c,
         wall,
@@ -325,23 +353,21 @@ async fn controller_run(
         ctl.peak_rss(),
     );
     run.server_cpu = server_cpu;
+    run.control_plane = control_plane;
     run.load = load;
-    Ok((run, w, ctl, spec))
+    Ok((run, bed, ctl, spec))
 }
 
 /// Waits until every shard of the bench namespace is addressed: the time since the controller
 /// was spawned, and when it was first seen ready.
 async fn until_addressed(
-    w: &World,
+    bed: &Bed,
+    progress: &mut Progress,
     ctl: &mut Controller,
     timeout: Duration,
 ) -> anyhow::Result<(Duration, Option<Duration>)> {
-    // Progress comes from the store's change stream: a scan of the store each time would take
-    // CPU and the store's lock from the server being measured.
-    let mut progress = w
-        .lp()
-        .cell()
-        .tally(&shards_key(), Some(BENCH_NAMESPACE), is_addressed);
+    // Progress comes from the store's change stream (on the real cell, one watch): a scan of
+    // the store each time would take CPU and the store's lock from the server being measured.
     let started = ctl.started;
     let mut ready = None;
     loop {
@@ -352,7 +378,7 @@ async fn until_addressed(
         if total == done {
             let wall = started.elapsed();
             // The last address is seen at its commit, a moment before its request is counted.
-            tokio::time::timeout(timeout, w.lp().metrics().settled())
+            tokio::time::timeout(timeout, bed.settled())
                 .await
                 .context("requests still in flight after every shard was addressed")?;
             return Ok((wall, ready));
@@ -373,24 +399,33 @@ async fn until_addressed(
 /// Events are sent beside (or after) the addresses: they are all sent when none has landed for
 /// a while. When the last one landed, counted from `started`.
 async fn until_events_sent(
-    w: &World,
+    bed: &Bed,
     started: Instant,
     wall: Duration,
     timeout: Duration,
-) -> Duration {
-    let mut events = w.lp().metrics().count(is_event);
+) -> anyhow::Result<Duration> {
+    // The real cell's counters are read from its /metrics, a page the apiserver renders: not
+    // every 25 ms.
+    let every = if bed.is_real() {
+        Duration::from_millis(250)
+    } else {
+        Duration::from_millis(25)
+    };
+    let events_now =
+        async || -> anyhow::Result<u64> { Ok(report::count(&bed.counts().await?, is_event)) };
+    let mut events = events_now().await?;
     let mut events_done = wall;
     let mut quiet_since = Instant::now();
     while quiet_since.elapsed() < EVENTS_QUIET && started.elapsed() < timeout {
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        let now = w.lp().metrics().count(is_event);
+        tokio::time::sleep(every).await;
+        let now = events_now().await?;
         if now != events {
             events = now;
             events_done = started.elapsed();
             quiet_since = Instant::now();
         }
     }
-    events_done
+    Ok(events_done)
 }
 
 /// How long no event may land before a run's events count as all sent.
@@ -398,7 +433,7 @@ const EVENTS_QUIET: Duration = Duration::from_secs(1);
 
 async fn idle_after(
     args: &BenchArgs,
-    w: &World,
+    bed: &mut Bed,
     ctl: &mut Controller,
     n: usize,
 ) -> anyhow::Result<Option<IdleMeasurement>> {
@@ -406,22 +441,27 @@ async fn idle_after(
         return Ok(None);
     }
     eprintln!("bench: idle for {}s", args.idle_seconds);
-    w.lp().metrics().reset();
+    bed.reset_counters().await?;
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     ctl.check_alive()?;
-    Ok(Some(IdleMeasurement::collect(w, n, args.idle_seconds)))
+    let counts = bed.counts().await?;
+    Ok(Some(IdleMeasurement::collect(
+        &counts,
+        n,
+        args.idle_seconds,
+    )))
 }
 
-/// A fresh controller from `spec` against the addressed cell of `w` (the old one stopped).
+/// A fresh controller from `spec` against the addressed cell of `bed` (the old one stopped).
 async fn restart_after(
     watch_seconds: u64,
-    w: &World,
+    bed: &mut Bed,
     spec: &ControllerSpec,
     n: usize,
     timeout: Duration,
 ) -> anyhow::Result<RestartMeasurement> {
     eprintln!("bench: restart with {n} addressed shards");
-    w.lp().metrics().reset();
+    bed.reset_counters().await?;
     let mut fresh = ControllerSpec {
         name: format!("{}-restarted", spec.name),
         ..spec.clone()
@@ -432,7 +472,8 @@ async fn restart_after(
     let to_ready = fresh.wait_ready(timeout).await?;
     tokio::time::sleep(Duration::from_secs(watch_seconds)).await;
     fresh.check_alive()?;
-    let m = RestartMeasurement::collect(w, n, to_ready, watch_seconds, fresh.peak_rss());
+    let counts = bed.counts().await?;
+    let m = RestartMeasurement::collect(&counts, n, to_ready, watch_seconds, fresh.peak_rss());
     fresh.stop(Duration::from_secs(10)).await;
     Ok(m)
 }

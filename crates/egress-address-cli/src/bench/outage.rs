@@ -18,6 +18,7 @@ use super::host::{LoadAvg, load_range, mib};
 use super::report::pass;
 use super::shape;
 use super::{BENCH_NAMESPACE, Common, command_line, ideal_run};
+use crate::cell::CellKind;
 use crate::fleet::{self, ControllerSpec};
 
 /// How IPAM is down.
@@ -105,8 +106,17 @@ pub async fn measure(args: &OutageArgs, bin: &Path) -> anyhow::Result<OutageRepo
             "bench outage: the ideal client over {} fresh shards",
             args.pending
         );
-        report.ideal_wall =
-            Some(ideal_run(args.pending, args.concurrency, objects, timeout).await?);
+        report.ideal_wall = Some(
+            ideal_run(
+                CellKind::Local,
+                args.pending,
+                args.concurrency,
+                objects,
+                timeout,
+            )
+            .await?
+            .0,
+        );
         report.loads.extend(LoadAvg::now());
     }
 

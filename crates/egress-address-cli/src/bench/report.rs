@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
-use localplane::testing::World;
-use localplane::{LocalPlane, RequestKey};
+use localplane::{RequestCount, RequestKey};
+
+use super::bed::ControlPlaneUse;
 
 use super::host::{LoadAvg, MIB, load_range, mib};
 use super::shape::Objects;
@@ -32,14 +33,23 @@ pub fn is_object_write(k: &RequestKey) -> bool {
     is_write(k) && !is_lease(k)
 }
 
+/// The requests of `counts` that `pred` accepts.
+pub fn count(counts: &[RequestCount], pred: impl Fn(&RequestKey) -> bool) -> u64 {
+    counts
+        .iter()
+        .filter(|c| pred(&c.key))
+        .map(|c| c.count)
+        .sum()
+}
+
 /// Counters grouped for a report: requests by plane and verb, without the ones a caller
 /// excludes (e.g. lease traffic reported on its own).
 pub fn requests_by(
-    lp: &LocalPlane,
+    counts: &[RequestCount],
     include: impl Fn(&RequestKey) -> bool,
 ) -> BTreeMap<(String, String), u64> {
     let mut m = BTreeMap::new();
-    for c in lp.metrics().snapshot() {
+    for c in counts {
         if std::env::var_os("BENCH_DEBUG").is_some() {
             eprintln!("  {c:?}");
         }
@@ -80,6 +90,8 @@ pub struct Run {
     pub peak_rss: Option<u64>,
     /// CPU time of the bench process (localplane, serving) while the controller worked.
     pub server_cpu: Option<Duration>,
+    /// The real control plane's CPU while the controller worked, and its memory at the end.
+    pub control_plane: Option<ControlPlaneUse>,
     /// The load average when the last shard was addressed.
     pub load: Option<LoadAvg>,
 }
@@ -87,7 +99,7 @@ pub struct Run {
 impl Run {
     #[allow(clippy::too_many_arguments)]
     pub fn collect(
-        w: &World,
+        counts: &[RequestCount],
         shards: usize,
         concurrency: usize,
         wall: Duration,
@@ -96,7 +108,6 @@ impl Run {
         cpu: Option<Duration>,
         peak_rss: Option<u64>,
     ) -> Run {
-        let m = w.lp().metrics();
         Run {
             shards,
             concurrency,
@@ -104,12 +115,15 @@ impl Run {
             events_done,
             ready,
             cpu,
-            by_verb: requests_by(w.lp(), is_shard_work),
-            events: m.count(is_event),
-            leases: m.count(is_lease),
-            failed: m.count(|k| is_shard_work(k) && !(200..300).contains(&k.code)),
+            by_verb: requests_by(counts, is_shard_work),
+            events: count(counts, is_event),
+            leases: count(counts, is_lease),
+            failed: count(counts, |k| {
+                is_shard_work(k) && !(200..300).contains(&k.code)
+            }),
             peak_rss,
             server_cpu: None,
+            control_plane: None,
             load: None,
         }
     }
@@ -155,13 +169,19 @@ pub fn median(values: &[Duration]) -> Duration {
 pub struct Measurement {
     pub runs: Vec<Run>,
     pub ideal_walls: Vec<Duration>,
+    /// The real control plane while the ideal client worked (none on localplane).
+    pub ideal_control_plane: Vec<ControlPlaneUse>,
 }
 
 impl Measurement {
     /// `runs` must not be empty.
     pub fn new(runs: Vec<Run>, ideal_walls: Vec<Duration>) -> Measurement {
         assert!(!runs.is_empty(), "a measurement needs at least one run");
-        Measurement { runs, ideal_walls }
+        Measurement {
+            runs,
+            ideal_walls,
+            ideal_control_plane: vec![],
+        }
     }
 
     pub fn shards(&self) -> usize {
@@ -206,6 +226,37 @@ impl Measurement {
     pub fn server_cpu_per_shard_ms(&self) -> Option<f64> {
         self.median_of(|r| r.server_cpu)
             .map(|c| c.as_secs_f64() * 1000.0 / self.shards().max(1) as f64)
+    }
+
+    /// The real control plane's CPU per shard while the controller worked (median over the
+    /// runs), and while the ideal client did, in milliseconds.
+    pub fn control_plane_cpu_per_shard_ms(&self) -> (Option<f64>, Option<f64>) {
+        let per = |v: Option<Vec<Duration>>| {
+            v.filter(|v| !v.is_empty())
+                .map(|v| median(&v).as_secs_f64() * 1000.0 / self.shards().max(1) as f64)
+        };
+        let ctl = self
+            .runs
+            .iter()
+            .map(|r| r.control_plane.and_then(|c| c.cpu))
+            .collect();
+        let ideal = self.ideal_control_plane.iter().map(|c| c.cpu).collect();
+        (per(ctl), per(ideal))
+    }
+
+    /// The real control plane's resident memory when the last shard was addressed (the highest
+    /// of the controller runs), and the highest it reached in them.
+    pub fn control_plane_rss(&self) -> (Option<u64>, Option<u64>) {
+        let cps = || self.runs.iter().filter_map(|r| r.control_plane);
+        (
+            cps().filter_map(|c| c.rss).max(),
+            cps().filter_map(|c| c.peak_rss).max(),
+        )
+    }
+
+    /// Whether the runs had the real control plane as their cell.
+    pub fn on_real_cell(&self) -> bool {
+        self.runs.iter().any(|r| r.control_plane.is_some())
     }
 
     /// The 1-minute load averages the runs ended at.
@@ -301,16 +352,13 @@ pub struct IdleMeasurement {
 }
 
 impl IdleMeasurement {
-    pub fn collect(w: &World, shards: usize, seconds: u64) -> IdleMeasurement {
+    pub fn collect(counts: &[RequestCount], shards: usize, seconds: u64) -> IdleMeasurement {
         IdleMeasurement {
             shards,
             seconds,
-            leases: requests_by(w.lp(), is_lease),
-            watches: w
-                .lp()
-                .metrics()
-                .count(|k| k.verb == "watch" && !is_lease(k)),
-            other: requests_by(w.lp(), |k| !is_lease(k) && k.verb != "watch"),
+            leases: requests_by(counts, is_lease),
+            watches: count(counts, |k| k.verb == "watch" && !is_lease(k)),
+            other: requests_by(counts, |k| !is_lease(k) && k.verb != "watch"),
         }
     }
 
@@ -356,7 +404,7 @@ pub struct RestartMeasurement {
 
 impl RestartMeasurement {
     pub fn collect(
-        w: &World,
+        counts: &[RequestCount],
         shards: usize,
         to_ready: Duration,
         watched_seconds: u64,
@@ -366,9 +414,9 @@ impl RestartMeasurement {
             shards,
             to_ready,
             watched_seconds,
-            writes: requests_by(w.lp(), is_object_write),
-            reads: requests_by(w.lp(), |k| !is_write(k) && !is_lease(k)),
-            lease_requests: w.lp().metrics().count(is_lease),
+            writes: requests_by(counts, is_object_write),
+            reads: requests_by(counts, |k| !is_write(k) && !is_lease(k)),
+            lease_requests: count(counts, is_lease),
             peak_rss,
         }
     }
@@ -405,6 +453,8 @@ pub struct BenchReport {
     pub idle: Option<IdleMeasurement>,
     pub restart: Option<RestartMeasurement>,
     pub objects: Objects,
+    /// Which server was the cell.
+    pub cell: crate::cell::CellKind,
     /// The command that produced the report.
     pub command: String,
 }
@@ -412,9 +462,15 @@ pub struct BenchReport {
 impl BenchReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "`{}` ({} shards; load average {} when each run's last shard was addressed)\n\n",
+            "`{}` ({} shards{}; load average {} when each run's last shard was addressed)\n\n",
             self.command,
             self.objects.as_str(),
+            match self.cell {
+                crate::cell::CellKind::Local => "",
+                crate::cell::CellKind::Real => {
+                    ", the real kube-apiserver and etcd as the cell, a fresh one per run"
+                }
+            },
             load_range(
                 &self
                     .runs
@@ -456,20 +512,27 @@ pub fn markdown(
     restart: Option<&RestartMeasurement>,
 ) -> String {
     let mut s = String::new();
+    let real = runs.iter().any(Measurement::on_real_cell);
     let _ = writeln!(
         s,
-        "| shards | concurrency | controller wall | ideal wall | ratio | requests per new shard | drift reads per shard | with both | by plane and verb (per shard) | events/shard | events all sent | non-2xx | lease requests | time to /ready | controller CPU | localplane CPU | peak RSS | load |"
+        "| shards | concurrency | controller wall | ideal wall | ratio | requests per new shard | drift reads per shard | with both | by plane and verb (per shard) | events/shard | events all sent | non-2xx | lease requests | time to /ready | controller CPU | localplane CPU | peak RSS |{} load |",
+        if real {
+            " control plane CPU (ideal's) | control plane RSS (peak) |"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         s,
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|{}---:|",
+        if real { "---:|---:|" } else { "" }
     );
     for r in runs {
         let n = r.shards() as f64;
         let w = r.worst();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {:.2} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.2} s | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.2} s | {} | {} | {} | {} | {} | {} |{} {} |",
             r.shards(),
             r.concurrency(),
             spread(&r.walls()),
@@ -489,6 +552,19 @@ pub fn markdown(
             cpu_ms(r.cpu_per_shard_ms()),
             cpu_ms(r.server_cpu_per_shard_ms()),
             mib(r.peak_rss()),
+            if real {
+                let (ctl, ideal) = r.control_plane_cpu_per_shard_ms();
+                let (rss, peak) = r.control_plane_rss();
+                format!(
+                    " {} ({}) | {} ({}) |",
+                    cpu_ms(ctl),
+                    cpu_ms(ideal),
+                    mib(rss),
+                    mib(peak)
+                )
+            } else {
+                String::new()
+            },
             load_range(&r.loads()),
         );
     }

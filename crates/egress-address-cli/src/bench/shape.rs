@@ -121,7 +121,7 @@ pub fn seed(
 }
 
 /// The status the data plane writes for a shard it created (no address yet: nothing to program).
-fn data_plane_status(obj: &Value, time: &str) -> Value {
+pub(crate) fn data_plane_status(obj: &Value, time: &str) -> Value {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let n = name
         .bytes()

@@ -22,6 +22,7 @@ use super::host::{self, LoadAvg, MIB, load_range, mib};
 use super::report::{is_event, is_lease, pass};
 use super::shape::{self, Objects};
 use super::{BENCH_NAMESPACE, Common, command_line, controller_run};
+use crate::cell::CellKind;
 
 /// Options of `bench soak`.
 #[derive(Args, Debug, Clone)]
@@ -100,7 +101,8 @@ pub async fn measure(args: &SoakArgs, bin: &Path) -> anyhow::Result<SoakReport> 
     }
     let objects = args.common.objects;
     let timeout = Duration::from_secs(args.run_timeout_seconds);
-    let (run, w, mut ctl, _) = controller_run(
+    let (run, bed, mut ctl, _) = controller_run(
+        CellKind::Local,
         bin,
         args.shards,
         args.concurrency,
@@ -113,6 +115,7 @@ pub async fn measure(args: &SoakArgs, bin: &Path) -> anyhow::Result<SoakReport> 
         )],
     )
     .await?;
+    let w = &bed.world;
     let mut report = SoakReport {
         command: command_line(),
         objects,
@@ -157,7 +160,7 @@ pub async fn measure(args: &SoakArgs, bin: &Path) -> anyhow::Result<SoakReport> 
             report.rss.push((elapsed, b));
         }
         while elapsed >= next_bucket * args.bucket_seconds {
-            let now = count(&w);
+            let now = count(w);
             report.buckets.push(minus(&now, &counted));
             counted = now;
             next_bucket += 1;
@@ -183,7 +186,7 @@ pub async fn measure(args: &SoakArgs, bin: &Path) -> anyhow::Result<SoakReport> 
         .map(|(a, b)| a.saturating_sub(b));
     report.peak_rss = ctl.peak_rss();
     ctl.stop(Duration::from_secs(10)).await;
-    w.shutdown().await;
+    bed.shutdown().await;
     Ok(report)
 }
 

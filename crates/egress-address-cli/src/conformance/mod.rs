@@ -412,53 +412,12 @@ fn starting_state(config: &Path, ns: &str) -> Result<Vec<Value>, Error> {
     Ok(objects)
 }
 
-/// The resources of `config/rbac/kustomization.yaml` with the namespace
-/// `config/egress-address` gives them (`system` is the kustomize placeholder).
+/// The shipped RBAC ([`crate::cell::shipped_rbac`]), as a conformance error.
 fn shipped_rbac(dir: &Path) -> Result<Vec<Value>, Error> {
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|e| Error::Config {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
-    };
-    let parse = |path: &Path, text: &str| {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| Error::Config {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
-    };
-    let kustomization = dir.join("kustomization.yaml");
-    let k = parse(&kustomization, &read(&kustomization)?)?;
-    let resources: Vec<String> = k
-        .first()
-        .and_then(|k| k["resources"].as_array())
-        .map(|r| {
-            r.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    for file in resources {
-        let path = dir.join(&file);
-        for mut doc in parse(&path, &read(&path)?)?
-            .into_iter()
-            .filter(Value::is_object)
-        {
-            if doc["metadata"].get("namespace").is_some() {
-                doc["metadata"]["namespace"] = json!(SYSTEM_NAMESPACE);
-            }
-            if let Some(subjects) = doc["subjects"].as_array_mut() {
-                for s in subjects {
-                    if s.get("namespace").is_some() {
-                        s["namespace"] = json!(SYSTEM_NAMESPACE);
-                    }
-                }
-            }
-            out.push(doc);
-        }
-    }
-    Ok(out)
+    crate::cell::shipped_rbac(dir).map_err(|e| Error::Config {
+        path: e.path,
+        message: e.message,
+    })
 }
 
 /// Where an object of a kind the shapes create is POSTed.

@@ -5,6 +5,7 @@
 use egress_address_cli::bench::churn::{self, ChurnArgs};
 use egress_address_cli::bench::outage::{self, Down, OutageArgs};
 use egress_address_cli::bench::{BenchArgs, Common, Objects, measure};
+use egress_address_cli::cell::CellKind;
 use egress_address_cli::fleet::locate_controller;
 
 use crate::common::one_fleet_at_a_time;
@@ -23,6 +24,7 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
         run_timeout_seconds: 120,
         output: None,
         objects: Objects::Production,
+        cell: CellKind::Local,
     };
     let bin = locate_controller(None).expect("the controller binary is built");
     let report = measure(&args, &bin).await.expect("the bench runs");
@@ -87,6 +89,7 @@ fn common() -> Common {
         controller_bin: None,
         objects: Objects::Production,
         output: None,
+        cell: CellKind::Local,
     }
 }
 
@@ -147,4 +150,66 @@ async fn an_outage_costs_a_probe_per_interval_and_every_shard_is_addressed_after
         "{}",
         report.recovery_requests
     );
+}
+
+/// The matrix on the real kube-apiserver and etcd: the cell's requests come from the apiserver's
+/// own `apiserver_request_total`, IPAM's from localplane; what it counts must be right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_real_cell_the_bench_counts_from_the_apiservers_own_counters() {
+    // The real control plane takes free ports as it starts: not while a fleet takes its own.
+    let _turn = one_fleet_at_a_time().await;
+    let args = BenchArgs {
+        shards: vec![40],
+        concurrency: vec![4],
+        repeat: 1,
+        idle_seconds: 0,
+        no_restart: false,
+        restart_watch_seconds: 1,
+        controller_bin: None,
+        run_timeout_seconds: 180,
+        output: None,
+        objects: Objects::Production,
+        cell: CellKind::Real,
+    };
+    let bin = locate_controller(None).expect("the controller binary is built");
+    let report = measure(&args, &bin)
+        .await
+        .expect("the bench runs on the real cell");
+    let md = report.markdown();
+    eprintln!("{md}");
+
+    let [m] = report.runs.as_slice() else {
+        panic!("one configuration was asked for: {:?}", report.runs);
+    };
+    assert!(m.on_real_cell(), "the control plane's use was read");
+    let per_verb = |plane: &str, verb: &str| {
+        m.worst()
+            .by_verb
+            .get(&(plane.to_string(), verb.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    // Every shard addressed (the run ends only then), each with one claim and one update, as
+    // the apiserver counted them.
+    assert_eq!(per_verb("cell", "update"), 40, "{:?}", m.worst().by_verb);
+    assert_eq!(
+        per_verb("platform", "create"),
+        40,
+        "{:?}",
+        m.worst().by_verb
+    );
+    assert!(per_verb("cell", "list") >= 1, "the initial list");
+    assert_eq!(m.per_new_shard(), 2.0);
+    assert_eq!(m.worst().failed, 0, "no refusal or conflict");
+    assert_eq!(m.worst().events, 40, "one AddressAssigned event per shard");
+    let (ctl_cpu, ideal_cpu) = m.control_plane_cpu_per_shard_ms();
+    assert!(ctl_cpu.is_some() && ideal_cpu.is_some());
+    assert!(m.control_plane_rss().0.is_some_and(|b| b > 50 << 20));
+    let restart = report.restart.as_ref().expect("restart was measured");
+    assert_eq!(restart.write_count(), 0, "a restart writes nothing");
+    assert!(
+        md.contains("2.000 requests per new shard (≤ 2: met)"),
+        "{md}"
+    );
+    assert!(md.contains("the real kube-apiserver"), "{md}");
 }
