@@ -23,7 +23,7 @@ use egress_api::ipam::{IPClaim, IPClaimSpec, ScopeRef};
 use egress_api::shard::{AddressClaimRef, EgressShard, LABEL_EGRESS_IPV6};
 use futures::StreamExt;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 
 use localplane::testing::{ADDRESS_CLASS, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, address_of};
 
@@ -124,10 +124,10 @@ async fn address_all(
         .await
         .context("the ideal client listing the shards")?;
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(listed.items)
-        .map(|mut shard| {
+        .map(|shard| {
             let shards = shards.clone();
             let claims = claims.clone();
-            async move { address_one(&shards, &claims, namespace, &mut shard).await }
+            async move { address_one(&shards, &claims, namespace, &shard).await }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
@@ -143,7 +143,7 @@ async fn address_one(
     shards: &Api<EgressShard>,
     claims: &Api<IPClaim>,
     namespace: &str,
-    shard: &mut EgressShard,
+    shard: &EgressShard,
 ) -> anyhow::Result<()> {
     let name = shard.metadata.name.clone().unwrap_or_default();
     let claim_name = format!("ideal-{namespace}-{name}");
@@ -179,21 +179,26 @@ async fn address_one(
     let cidr = bound.status.map(|s| s.allocated_cidr).unwrap_or_default();
     let addr = address_of(&cidr)
         .with_context(|| format!("claim {claim_name} answered {cidr:?}, not a /128"))?;
-    shard.spec.shard_address_ipv6 = addr.to_string();
-    shard.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+    let claim_ref = AddressClaimRef {
         api_group: egress_api::ipam::GROUP.into(),
         kind: "IPClaim".into(),
         project: PLATFORM_PROJECT.into(),
         namespace: CLAIM_NAMESPACE.into(),
         name: claim_name,
+    };
+    // The write the controller makes: a merge patch conditional on the version it read.
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": shard.metadata.resource_version,
+            "labels": {LABEL_EGRESS_IPV6: "true"},
+        },
+        "spec": {
+            "shardAddressIPv6": addr.to_string(),
+            "shardAddressIPv6ClaimRef": claim_ref,
+        },
     });
-    shard
-        .metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(LABEL_EGRESS_IPV6.into(), "true".into());
     shards
-        .replace(&name, &PostParams::default(), shard)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .with_context(|| format!("updating shard {namespace}/{name}"))?;
     Ok(())
@@ -245,8 +250,7 @@ pub async fn watch(
             let (shards, claims, namespace) = (shards.clone(), claims.clone(), namespace.clone());
             tokio::spawn(async move {
                 let _permit = permit;
-                let mut shard = shard;
-                if let Err(e) = address_one(&shards, &claims, &namespace, &mut shard).await {
+                if let Err(e) = address_one(&shards, &claims, &namespace, &shard).await {
                     eprintln!("bench: the ideal client: {e:#}");
                 }
             });

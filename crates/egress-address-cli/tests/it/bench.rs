@@ -189,9 +189,10 @@ async fn on_the_real_cell_the_bench_counts_from_the_apiservers_own_counters() {
             .copied()
             .unwrap_or(0)
     };
-    // Every shard addressed (the run ends only then), each with one claim and one update, as
+    // Every shard addressed (the run ends only then), each with one claim and one patch, as
     // the apiserver counted them.
-    assert_eq!(per_verb("cell", "update"), 40, "{:?}", m.worst().by_verb);
+    assert_eq!(per_verb("cell", "patch"), 40, "{:?}", m.worst().by_verb);
+    assert_eq!(per_verb("cell", "update"), 0, "no shard is PUT");
     assert_eq!(
         per_verb("platform", "create"),
         40,
