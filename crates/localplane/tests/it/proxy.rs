@@ -160,15 +160,17 @@ async fn each_write_fault_is_seen_on_the_real_server() {
         !stored(&direct, "held").await,
         "the held write landed early"
     );
-    let mut landed = None;
-    while asked.elapsed() < Duration::from_secs(30) {
-        if stored(&direct, "held").await {
-            landed = Some(asked.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let landed = landed.expect("the held write never landed");
+    // The real server's own watch says when the held write lands.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        kube::runtime::wait::await_condition(direct.clone(), "held", |cm: Option<&ConfigMap>| {
+            cm.is_some()
+        }),
+    )
+    .await
+    .expect("the held write never landed")
+    .expect("watching for the held write");
+    let landed = asked.elapsed();
     assert!(landed >= Duration::from_secs(3), "landed at {landed:?}");
 
     // Latency: a read answered no sooner than the spike.
