@@ -170,6 +170,19 @@ async fn etcd_call(
     serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))
 }
 
+/// A client from the kubeconfig at `path` (its current context).
+pub async fn client_from(path: &Path) -> Result<kube::Client, Error> {
+    let fail = |message: String| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| fail(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| fail(e.to_string()))
+}
+
 /// A running control plane.
 pub struct RealCell {
     child: Child,
@@ -310,17 +323,7 @@ impl RealCell {
 
     /// A client of `who`, from its kubeconfig.
     pub async fn client(&self, who: Identity) -> Result<kube::Client, Error> {
-        let path = self.kubeconfig(who);
-        let fail = |message: String| Error::Kubeconfig {
-            path: path.display().to_string(),
-            message,
-        };
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(&path).map_err(|e| fail(e.to_string()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        kube::Client::try_from(config).map_err(|e| fail(e.to_string()))
+        client_from(&self.kubeconfig(who)).await
     }
 
     /// Creates the CustomResourceDefinitions of a YAML file (several documents allowed), or

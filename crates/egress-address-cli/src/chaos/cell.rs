@@ -1,4 +1,4 @@
-//! One cell of a chaos run: its world, its controllers and what is done to them (SIGKILL,
+//! One cell of a chaos run: its API server, its controllers and what is done to them (SIGKILL,
 //! SIGSTOP/SIGCONT, slow Lease renewals), its shards and their churn, the bounded-time
 //! judgements it is owed, and the samples of who could act.
 
@@ -11,20 +11,15 @@ use egress_api::shard::EgressShard;
 use kube::Api;
 use kube::api::{DeleteParams, Preconditions};
 use localplane::Plane;
-use localplane::testing::{
-    CLAIM_NAMESPACE, World, claims_key, leases_key, shard_object, shards_key,
-};
+use localplane::testing::{CLAIM_NAMESPACE, claims_key, is_addressed, shard_object};
 use rand::Rng;
 use rand::rngs::StdRng;
 use serde::Serialize;
 
 use super::invariants::{Deletion, NAMESPACE, Sample, unaddressed};
 use super::lapse::{Judged, Owed};
+use super::server::CellServer;
 use crate::fleet::Fleet;
-
-/// The lease the controllers elect their leader with, in the cell's `default` namespace.
-const LEASE_NAMESPACE: &str = "default";
-const LEASE_NAME: &str = "egress-address-controller.cloud.datumapis.com";
 
 /// How many controllers run at once in a cell (not counting a stopped one).
 pub const RUNNING: usize = 2;
@@ -100,9 +95,9 @@ struct Recreate {
 
 pub struct Cell {
     pub label: String,
-    pub world: World,
+    pub server: CellServer,
     /// The platform project's plane, where this cell's claims are.
-    platform: Plane,
+    pub platform: Plane,
     pub id: String,
     pub fleet: Fleet,
     pub stats: CellStats,
@@ -126,6 +121,9 @@ pub struct Cell {
     pub lease_faults: (bool, bool),
     /// Whether the cell was caught up for a lapse fault, and when that was read.
     caught_up: Option<(Instant, bool)>,
+    /// Lapse faults wait for the cell's first long SIGSTOP: a lapse's judgement holds pauses
+    /// back for its bound, and back to back they could hold every pause past a short run.
+    pub pause_before_lapse: bool,
     ready: HashMap<String, bool>,
     paused: BTreeMap<String, Pause>,
     recreates: Vec<Recreate>,
@@ -139,20 +137,27 @@ pub struct Cell {
 }
 
 impl Cell {
-    /// Cell `label` of `world`, whose controllers claim from `platform` (IPAM's plane: this
-    /// world's own, or another cell's).
-    pub fn new(label: &str, world: World, platform: Plane, fleet: Fleet) -> Cell {
-        let id = world.lp().cell_uid();
-        world.lp().cell().ensure_namespace(NAMESPACE);
-        let api = Api::namespaced(world.cell(), NAMESPACE);
-        Cell {
+    /// Cell `label` served by `server`, whose controllers claim from `platform` (IPAM's plane:
+    /// this cell's world's own, or another cell's).
+    pub async fn new(
+        label: &str,
+        server: CellServer,
+        platform: Plane,
+        fleet: Fleet,
+    ) -> anyhow::Result<Cell> {
+        let id = server.id().await?;
+        if let CellServer::Local(w) = &server {
+            w.lp().cell().ensure_namespace(NAMESPACE);
+        }
+        let api = Api::namespaced(server.deleter(), NAMESPACE);
+        Ok(Cell {
             label: label.into(),
             stats: CellStats {
                 label: label.into(),
                 cell_id: id.clone(),
                 ..Default::default()
             },
-            world,
+            server,
             platform,
             id,
             fleet,
@@ -166,6 +171,7 @@ impl Cell {
             slow: None,
             lease_faults: (false, false),
             caught_up: None,
+            pause_before_lapse: false,
             ready: HashMap::new(),
             paused: BTreeMap::new(),
             recreates: vec![],
@@ -175,18 +181,17 @@ impl Cell {
             next_slow_renewals: Instant::now(),
             next_short_pause: Instant::now(),
             api,
-        }
+        })
     }
 
-    /// Makes shard `name` straight in the store (no request, so no fault and no watch lag of
-    /// the harness itself); the new incarnation's uid.
-    pub fn create(&mut self, name: &str) -> anyhow::Result<String> {
+    /// Makes shard `name` without a fault (see [`CellServer::create`]); the new incarnation's
+    /// uid.
+    pub async fn create(&mut self, name: &str) -> anyhow::Result<String> {
         let stored = self
-            .world
-            .lp()
-            .cell()
-            .apply_object(shard_object(NAMESPACE, name))
-            .map_err(|e| anyhow::anyhow!("creating shard {name} in cell {}: {e:?}", self.label))?;
+            .server
+            .create(shard_object(NAMESPACE, name))
+            .await
+            .with_context(|| format!("creating shard {name} in cell {}", self.label))?;
         let uid = stored["metadata"]["uid"]
             .as_str()
             .context("a stored shard has a uid")?
@@ -234,11 +239,7 @@ impl Cell {
                 }
                 _ => {
                     // Applied before its answer was lost: then the next attempt gets 404.
-                    let stored =
-                        self.world
-                            .lp()
-                            .cell()
-                            .object(&shards_key(), Some(NAMESPACE), name);
+                    let stored = self.server.shard(name).await?;
                     if stored.is_none_or(|s| s["metadata"]["uid"].as_str() != Some(&uid)) {
                         self.note_deleted(&uid);
                         return Ok(uid);
@@ -268,11 +269,11 @@ impl Cell {
             name: name.into(),
             old_uid,
         });
-        self.recreate_due(Instant::now())
+        self.recreate_due(Instant::now()).await
     }
 
     /// Makes again the shards whose time has come; the uids of the new incarnations.
-    pub fn recreate_due(&mut self, now: Instant) -> anyhow::Result<()> {
+    pub async fn recreate_due(&mut self, now: Instant) -> anyhow::Result<()> {
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.recreates)
             .into_iter()
             .partition(|r| r.due <= now);
@@ -281,7 +282,7 @@ impl Cell {
             if self.holds_claim(&r.name, &r.old_uid) {
                 self.stats.recreated_while_claim_held += 1;
             }
-            self.create(&r.name)?;
+            self.create(&r.name).await?;
             self.stats.recreated += 1;
         }
         Ok(())
@@ -321,13 +322,8 @@ impl Cell {
         self.live.keys().nth(i).cloned()
     }
 
-    fn lease_holder(&self) -> String {
-        self.world
-            .lp()
-            .cell()
-            .object(&leases_key(), Some(LEASE_NAMESPACE), LEASE_NAME)
-            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
-            .unwrap_or_default()
+    async fn lease_holder(&self) -> anyhow::Result<String> {
+        self.server.lease_holder().await
     }
 
     fn holds(holder: &str, name: &str) -> bool {
@@ -344,15 +340,15 @@ impl Cell {
     /// SIGKILLs one running (not stopped) controller at random; sometimes every one, leaving the
     /// cell without a controller for 0.5–2 s (deletes then go unseen, by design). With
     /// `spare_leader`, only a controller that does not hold the lease.
-    pub async fn kill(&mut self, rng: &mut StdRng, spare_leader: bool) {
-        let holder = self.lease_holder();
+    pub async fn kill(&mut self, rng: &mut StdRng, spare_leader: bool) -> anyhow::Result<()> {
+        let holder = self.lease_holder().await?;
         let running: Vec<String> = self
             .running()
             .map(|c| c.name.clone())
             .filter(|n| !(spare_leader && Self::holds(&holder, n)))
             .collect();
         if running.is_empty() {
-            return;
+            return Ok(());
         }
         let all = !spare_leader && rng.random_bool(0.25);
         let chosen = if all {
@@ -371,6 +367,7 @@ impl Cell {
             Duration::from_millis(rng.random_range(0..800))
         };
         self.restart_at = Some(Instant::now() + gap);
+        Ok(())
     }
 
     /// Keeps [`RUNNING`] controllers running once any restart gap is over.
@@ -396,10 +393,14 @@ impl Cell {
     }
 
     /// The controller to stop: the lease holder under election, else any running one.
-    pub fn pause_target(&self, elected: bool, rng: &mut StdRng) -> Option<String> {
+    pub async fn pause_target(
+        &self,
+        elected: bool,
+        rng: &mut StdRng,
+    ) -> anyhow::Result<Option<String>> {
         let running: Vec<&str> = self.running().map(|c| c.name.as_str()).collect();
-        if elected {
-            let holder = self.lease_holder();
+        Ok(if elected {
+            let holder = self.lease_holder().await?;
             running
                 .into_iter()
                 .find(|n| Self::holds(&holder, n))
@@ -408,20 +409,21 @@ impl Cell {
             None
         } else {
             Some(running[rng.random_range(0..running.len())].to_string())
-        }
+        })
     }
 
     /// The running controller holding the lease, if any.
-    pub fn leader(&self) -> Option<String> {
-        let holder = self.lease_holder();
-        self.running()
+    pub async fn leader(&self) -> anyhow::Result<Option<String>> {
+        let holder = self.lease_holder().await?;
+        Ok(self
+            .running()
             .find(|c| Self::holds(&holder, &c.name))
-            .map(|c| c.name.clone())
+            .map(|c| c.name.clone()))
     }
 
     /// SIGSTOPs controller `name` for `length`; `within_lease` for a leader that is to wake
     /// still holding its lease.
-    pub fn pause(
+    pub async fn pause(
         &mut self,
         name: &str,
         length: Duration,
@@ -431,7 +433,7 @@ impl Cell {
         let Some(c) = self.fleet.procs.iter().find(|c| c.name == name) else {
             return Ok(());
         };
-        let was_leader = Self::holds(&self.lease_holder(), name);
+        let was_leader = Self::holds(&self.lease_holder().await?, name);
         c.pause()?;
         let at = Instant::now();
         if within_lease {
@@ -459,7 +461,7 @@ impl Cell {
 
     /// SIGCONTs the stopped controllers whose time is up (all of them with `all`); a short
     /// pause has woken by its own timer already, and is judged from here.
-    pub fn resume_due(&mut self, all: bool) -> anyhow::Result<()> {
+    pub async fn resume_due(&mut self, all: bool) -> anyhow::Result<()> {
         let now = Instant::now();
         let due: Vec<String> = self
             .paused
@@ -467,7 +469,10 @@ impl Cell {
             .filter(|(_, p)| all || p.until <= now)
             .map(|(n, _)| n.clone())
             .collect();
-        let holder = self.lease_holder();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let holder = self.lease_holder().await?;
         for name in due {
             let p = self.paused.remove(&name).expect("listed above");
             let still_holds = Self::holds(&holder, &name);
@@ -526,7 +531,7 @@ impl Cell {
         Judged {
             index,
             label: &self.label,
-            world: &self.world,
+            server: &self.server,
             live: &self.live,
             born: &self.born,
         }
@@ -570,9 +575,8 @@ impl Cell {
 
     /// The cell's Lease updates answered so far.
     fn lease_updates(&self) -> u64 {
-        self.world
-            .lp()
-            .metrics()
+        self.server
+            .cell_metrics()
             .count(|k| k.plane == "cell" && k.verb == "update" && k.resource.starts_with("leases."))
     }
 
@@ -592,15 +596,17 @@ impl Cell {
     /// shard made before the run, or longer than [`Cell::addressed_within`] ago, is addressed.
     /// Otherwise a judgement would find the backlog late (the 500 shards of the start take a
     /// while under the run's faults), not what the fault lost.
-    pub fn lapse_ready(&mut self, now: Instant) -> bool {
-        if now < self.next_slow_renewals.min(self.next_short_pause) {
-            return false;
+    pub async fn lapse_ready(&mut self, now: Instant) -> anyhow::Result<bool> {
+        if now < self.next_slow_renewals.min(self.next_short_pause)
+            || (self.pause_before_lapse && self.stats.pauses == 0)
+        {
+            return Ok(false);
         }
-        // Read from the store at most twice a second: every live shard, each time.
+        // Read at most twice a second: every live shard, each time.
         if let Some((at, ready)) = self.caught_up
             && now < at + Duration::from_millis(500)
         {
-            return ready;
+            return Ok(ready);
         }
         let old: BTreeMap<String, String> = self
             .live
@@ -612,9 +618,9 @@ impl Cell {
             })
             .map(|(n, u)| (n.clone(), u.clone()))
             .collect();
-        let ready = unaddressed(&self.world, &old).is_empty();
+        let ready = unaddressed(&self.server.shards().await?, &old).is_empty();
         self.caught_up = Some((now, ready));
-        ready
+        Ok(ready)
     }
 
     /// Whether any controller of the cell is stopped.
@@ -630,12 +636,12 @@ impl Cell {
 
     /// Notes controllers that exited on their own, and samples who could act now: alive, ready,
     /// not stopped, and (under election) holding the lease.
-    pub async fn sample(&mut self, elected: bool) {
+    pub async fn sample(&mut self, elected: bool) -> anyhow::Result<()> {
         for name in self.fleet.reap() {
             self.paused.remove(&name);
             self.stats.unexpected_exits.push(name);
         }
-        let holder = self.lease_holder();
+        let holder = self.lease_holder().await?;
         let mut acting = BTreeSet::new();
         let candidates: Vec<(String, u16)> = self
             .running()
@@ -658,11 +664,14 @@ impl Cell {
             at: Instant::now(),
             acting,
         });
+        Ok(())
     }
 
     /// Shards stored and addressed in this cell.
-    pub fn progress(&self) -> (usize, usize) {
-        self.world.shard_progress(NAMESPACE)
+    pub async fn progress(&self) -> anyhow::Result<(usize, usize)> {
+        let shards = self.server.shards().await?;
+        let addressed = shards.iter().filter(|s| is_addressed(s)).count();
+        Ok((shards.len(), addressed))
     }
 
     /// The final figures of this cell.
@@ -671,9 +680,8 @@ impl Cell {
         self.stats.kills = self.fleet.kills;
         self.stats.live_shards = self.live.len();
         self.stats.write_once_rejections = self
-            .world
-            .lp()
-            .metrics()
+            .server
+            .cell_metrics()
             .count(|k| k.code == 422 && k.resource.starts_with("egressshards."));
     }
 }

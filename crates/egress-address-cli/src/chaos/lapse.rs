@@ -20,8 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::server::CellServer;
 use clap::Args;
-use localplane::testing::World;
 
 use super::invariants::{Verdict, unaddressed};
 
@@ -153,7 +153,7 @@ pub struct Promptness {
 pub struct Judged<'a> {
     pub index: usize,
     pub label: &'a str,
-    pub world: &'a World,
+    pub server: &'a CellServer,
     /// Shard name -> uid of the incarnations the run keeps live now.
     pub live: &'a BTreeMap<String, String>,
     /// Shard uid -> when the run made it.
@@ -178,7 +178,7 @@ impl Promptness {
 
     /// Judges `owed` now. A shard deleted since (or made again under its name) is no longer
     /// owed anything; one still live must carry its address.
-    pub fn judge(&mut self, cell: &Judged<'_>, owed: &Owed) {
+    pub async fn judge(&mut self, cell: &Judged<'_>, owed: &Owed) -> anyhow::Result<()> {
         self.verdict.checks += 1;
         let still: BTreeMap<String, String> = owed
             .live
@@ -186,7 +186,7 @@ impl Promptness {
             .filter(|(name, uid)| cell.live.get(*name) == Some(*uid))
             .map(|(n, u)| (n.clone(), u.clone()))
             .collect();
-        for (name, uid) in unaddressed(cell.world, &still) {
+        for (name, uid) in unaddressed(&cell.server.shards().await?, &still) {
             if !self.seen.insert((cell.index, uid.clone())) {
                 continue;
             }
@@ -210,10 +210,11 @@ impl Promptness {
                 owed.cause
             ));
         }
+        Ok(())
     }
 
     /// Says of each shard found late whether it was addressed by the end of the run.
-    pub fn annotate_end(&mut self, cells: &[Judged<'_>]) {
+    pub async fn annotate_end(&mut self, cells: &[Judged<'_>]) -> anyhow::Result<()> {
         for l in &self.late {
             let Some(cell) = cells.iter().find(|c| c.index == l.cell) else {
                 continue;
@@ -221,13 +222,14 @@ impl Promptness {
             let one = BTreeMap::from([(l.name.clone(), l.uid.clone())]);
             let note = if cell.live.get(&l.name) != Some(&l.uid) {
                 "; deleted later"
-            } else if unaddressed(cell.world, &one).is_empty() {
+            } else if unaddressed(&cell.server.shards().await?, &one).is_empty() {
                 "; addressed by the end"
             } else {
                 "; still unaddressed at the end"
             };
             self.verdict.violations[l.entry].push_str(note);
         }
+        Ok(())
     }
 }
 
@@ -310,7 +312,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_shard_left_unaddressed_is_named_once_with_what_it_outlived() {
-        let world = crate::fleet::world().start().await.unwrap();
+        let server = CellServer::Local(crate::fleet::world().start().await.unwrap());
+        let CellServer::Local(world) = &server else {
+            unreachable!()
+        };
         let cell = world.lp().cell();
         cell.ensure_namespace(super::super::invariants::NAMESPACE);
         let store = |name: &str, address: Option<&str>| -> String {
@@ -353,13 +358,13 @@ mod tests {
         let judged = Judged {
             index: 0,
             label: "a",
-            world: &world,
+            server: &server,
             live: &live,
             born: &born,
         };
         let mut p = Promptness::new(t0, Duration::from_secs(20));
-        p.judge(&judged, &owed);
-        p.judge(&judged, &owed);
+        p.judge(&judged, &owed).await.unwrap();
+        p.judge(&judged, &owed).await.unwrap();
         let v = &p.verdict;
         assert_eq!(v.checks, 2);
         assert_eq!(v.violations.len(), 2, "each shard once: {v:?}");
@@ -377,7 +382,7 @@ mod tests {
         );
 
         store("early", Some("2001:db8::2"));
-        p.annotate_end(&[judged]);
+        p.annotate_end(&[judged]).await.unwrap();
         let v = &p.verdict;
         assert!(
             v.violations
@@ -391,6 +396,6 @@ mod tests {
             ),
             "{v:?}"
         );
-        world.shutdown().await;
+        server.shutdown(false).await;
     }
 }

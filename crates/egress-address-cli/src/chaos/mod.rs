@@ -23,6 +23,7 @@ mod faults;
 mod invariants;
 mod lapse;
 mod report;
+mod server;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -31,7 +32,9 @@ use clap::Args;
 use localplane::testing::PLATFORM_PROJECT;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use server::CellServer;
 
+use crate::cell::CellKind;
 use crate::fleet::{self, ControllerSpec, Fleet, locate_controller};
 use cell::Cell;
 pub use cell::CellStats;
@@ -57,6 +60,10 @@ const SWEEP_FLAG: &str = "--unaddressed-sweep-interval";
 /// Options of `egress-address chaos`.
 #[derive(Args, Debug, Clone)]
 pub struct ChaosArgs {
+    /// Which API server plays each cell: localplane, or kube-apiserver and etcd behind a
+    /// fault proxy (IPAM is localplane's either way).
+    #[arg(long, value_enum, default_value_t = CellKind::Local, env = "CHAOS_CELL")]
+    pub cell: CellKind,
     /// Seed for faults, kills, pauses and churn.
     #[arg(long, default_value_t = 1, env = "CHAOS_SEED")]
     pub seed: u64,
@@ -191,13 +198,13 @@ fn far_future() -> Instant {
 
 fn planes(cells: &[Cell]) -> Planes<'_> {
     Planes {
-        platform: &cells[0].world,
+        platform: &cells[0].platform,
         cells: cells
             .iter()
             .map(|c| CellRef {
                 label: &c.label,
                 id: &c.id,
-                world: &c.world,
+                server: &c.server,
             })
             .collect(),
     }
@@ -213,11 +220,13 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let commit_delay = Duration::from_millis(args.faults.commit_delay_ms);
     let within = args.lapse.addressed_within();
 
-    let first = fleet::world().start().await?;
-    let platform = first
+    // IPAM's world; on localplane also cell a's.
+    let ipam = fleet::world().start().await?;
+    let platform = ipam
         .lp()
         .project(PLATFORM_PROJECT)
         .expect("the first world serves the platform project");
+    let base = ControllerSpec::new(&ipam, bin, "chaos-a");
     let mut spec = ControllerSpec {
         concurrency: args.concurrency,
         // Short lease and backoff: a takeover and a retry must fit in a bounded run.
@@ -240,32 +249,48 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             SWEEP_ENV.into(),
             format!("{}ms", args.controller_sweep_interval.as_millis()),
         )],
-        ..ControllerSpec::new(&first, bin, "chaos-a")
+        ..base
     };
     if let Some(every) = &args.release_orphaned_claims_every {
         spec.extra_args
             .push(format!("--release-orphaned-claims-every={every}"));
     }
-    let mut cells = vec![Cell::new(
-        "a",
-        first,
-        platform.clone(),
-        Fleet::new(spec.clone()),
-    )];
-    if args.cells == 2 {
-        // A second cell with no IPAM of its own: its controllers claim from the first world's
-        // platform project, as two cells of one location do. Its logs go with the first's.
-        let second = fleet::world().cell_only().start().await?;
-        let spec_b = ControllerSpec {
-            name: "chaos-b".into(),
-            cell_kubeconfig: second.cell_kubeconfig().to_path_buf(),
+    // Every cell after the first has no IPAM of its own: its controllers claim from the first
+    // world's platform project, as two cells of one location do. Every cell's logs go to IPAM's
+    // world.
+    let servers = match args.cell {
+        CellKind::Local => {
+            let mut servers = vec![CellServer::Local(ipam)];
+            if args.cells == 2 {
+                servers.push(CellServer::Local(fleet::world().cell_only().start().await?));
+            }
+            servers
+        }
+        CellKind::Real => {
+            let second = async {
+                match args.cells {
+                    2 => CellServer::real(None).await.map(Some),
+                    _ => Ok(None),
+                }
+            };
+            let (first, second) = tokio::join!(CellServer::real(Some(ipam)), second);
+            std::iter::once(first?).chain(second?).collect()
+        }
+    };
+    let mut cells = vec![];
+    for (server, label) in servers.into_iter().zip(["a", "b"]) {
+        let (cell_kubeconfig, env) = server.controller_access();
+        let spec = ControllerSpec {
+            name: format!("chaos-{label}"),
+            cell_kubeconfig,
+            env: spec.env.iter().cloned().chain(env).collect(),
             ..spec.clone()
         };
-        cells.push(Cell::new("b", second, platform.clone(), Fleet::new(spec_b)));
+        cells.push(Cell::new(label, server, platform.clone(), Fleet::new(spec)).await?);
     }
     for c in &mut cells {
         for i in 0..args.shards {
-            c.create(&format!("shard-{i}"))?;
+            c.create(&format!("shard-{i}")).await?;
         }
         c.stats.shards_at_start = args.shards;
     }
@@ -285,7 +310,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
                 args.lapse.slow_renewal_latency_ms,
             ));
         }
-        c.world.lp().faults().set(cfg);
+        c.server.set_faults(cfg);
         c.lease_faults = (spared, slow);
     };
     // Whenever a cell's lapse faults change, at once: the judgement's clock runs from there.
@@ -321,8 +346,10 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         c.next_pause = next_in(&mut rng, args.pauses_per_minute).map_or_else(far_future, |_| {
             start + Duration::from_millis(rng.random_range(2000..4000))
         });
-        // The first lapse fault once that pause has begun, the cells taking the two kinds in
-        // turns: each kind strikes under election even in a short run.
+        c.pause_before_lapse = args.pauses_per_minute > 0.0;
+        // The first lapse fault once that pause has begun (`pause_before_lapse` holds it back
+        // till then), the cells taking the two kinds in turns: each kind strikes under
+        // election even in a short run.
         let early = start + Duration::from_millis(rng.random_range(4500..5500));
         let (slow_at, short_at) = if i % 2 == 0 {
             (early, early + Duration::from_secs(1))
@@ -347,16 +374,16 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         }
         let now = Instant::now();
         for c in &mut cells {
-            c.resume_due(false)?;
+            c.resume_due(false).await?;
             if now >= c.next_kill && !c.leader_paused() {
                 // A lapse fault about to begin needs the leader as much as one under way.
-                let spare_leader = c.guarding_lapse() || (elected && c.lapse_ready(now));
-                c.kill(&mut rng, spare_leader).await;
+                let spare_leader = c.guarding_lapse() || (elected && c.lapse_ready(now).await?);
+                c.kill(&mut rng, spare_leader).await?;
                 c.next_kill = next_in(&mut rng, args.kills_per_minute)
                     .map_or_else(far_future, |d| Instant::now() + d);
             }
             c.keep_running(elected)?;
-            c.recreate_due(now)?;
+            c.recreate_due(now).await?;
             if c.slow_renewals_over(now) {
                 c.end_slow_renewals();
             }
@@ -368,7 +395,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         );
         for c in &mut cells {
             if now >= c.next_pause {
-                if c.guarding_lapse() || (elected && c.lapse_ready(now)) {
+                if c.guarding_lapse() || (elected && c.lapse_ready(now).await?) {
                     // A takeover queues every shard: it would hide what the lapse lost. A lapse
                     // fault due goes first, or a short run under election might have none.
                     c.next_pause = now + Duration::from_millis(500);
@@ -394,7 +421,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         }
         if elected {
             for i in 0..cells.len() {
-                next_lapse(&mut cells, i, args, switch, &mut created, &mut rng)?;
+                next_lapse(&mut cells, i, args, switch, &mut created, &mut rng).await?;
                 sync_faults(
                     &mut cells,
                     args.seed ^ nanos_since(start),
@@ -422,16 +449,16 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
             next_spike = now + Duration::from_millis(rng.random_range(2000..5000));
         }
         for c in &mut cells {
-            c.sample(elected).await;
+            c.sample(elected).await?;
         }
-        judge_due(&mut cells, &mut prompt, false);
+        judge_due(&mut cells, &mut prompt, false).await?;
         sync_faults(
             &mut cells,
             args.seed ^ nanos_since(start),
             spike_until.is_some(),
         );
         if now >= next_check {
-            observer.sample(&planes(&cells));
+            observer.sample(&planes(&cells)).await?;
             next_check = now + check_every;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -439,7 +466,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let fault_seconds = start.elapsed().as_secs_f64();
     for c in &mut cells {
         c.end_slow_renewals();
-        c.world.lp().faults().clear();
+        c.server.clear_faults();
     }
 
     // Settle: stopped controllers wake now, late; shards still to be made again are made; at
@@ -453,8 +480,8 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         + request_timeout
         + Duration::from_secs(2);
     for c in &mut cells {
-        c.resume_due(true)?;
-        c.recreate_due(far_future())?;
+        c.resume_due(true).await?;
+        c.recreate_due(far_future()).await?;
         c.owe(
             format!("the faults stopped at {fault_seconds:.1} s"),
             Instant::now(),
@@ -463,19 +490,21 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     loop {
         for c in &mut cells {
             c.keep_running(elected)?;
-            c.sample(elected).await;
+            c.sample(elected).await?;
         }
-        judge_due(&mut cells, &mut prompt, false);
+        judge_due(&mut cells, &mut prompt, false).await?;
         if Instant::now() >= next_check {
-            observer.sample(&planes(&cells));
+            observer.sample(&planes(&cells)).await?;
             next_check = Instant::now() + check_every;
         }
-        let addressed = cells.iter().all(|c| {
-            let (n, done) = c.progress();
-            n == done && n == c.live.len()
-        });
+        let mut addressed = true;
+        for c in &cells {
+            let (n, done) = c.progress().await?;
+            addressed &= n == done && n == c.live.len();
+        }
         let owed = observer
             .leftovers(&planes(&cells), &facts(&cells, late_window))
+            .await?
             .owed
             .len();
         let quiet = settle_start.elapsed() >= quiet_after;
@@ -487,9 +516,9 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let settle_time = settle_start.elapsed();
     // What is still owed is judged now: a settle that ran out outlasted every due time (checked:
     // --addressed-within-seconds is shorter), and one that ended early found every shard addressed.
-    judge_due(&mut cells, &mut prompt, true);
+    judge_due(&mut cells, &mut prompt, true).await?;
     let judged: Vec<_> = cells.iter().enumerate().map(|(i, c)| c.judged(i)).collect();
-    prompt.annotate_end(&judged);
+    prompt.annotate_end(&judged).await?;
     drop(judged);
 
     let mut report = ChaosReport {
@@ -515,7 +544,9 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     for c in &mut cells {
         c.finish_stats();
     }
-    let findings = observer.finish(&planes(&cells), &facts(&cells, late_window));
+    let findings = observer
+        .finish(&planes(&cells), &facts(&cells, late_window))
+        .await?;
     report.invariants = findings.sampled;
     report.addressed_in_time = prompt.verdict;
     report.unaddressed = findings.unaddressed;
@@ -526,8 +557,8 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         (args.faults.watch_cut_seconds > 0.0).then_some(args.faults.watch_cut_seconds);
     report.faults.slow_renewal_latency_ms = args.lapse.slow_renewal_latency_ms;
     for c in &cells {
-        let m = c.world.lp().metrics();
-        for (plane, injected) in m.injected_faults_by_plane() {
+        let m = c.server.cell_metrics();
+        for (plane, injected) in c.server.injected_faults() {
             let label = if plane == faults::CELL_PLANE {
                 format!("cell {}", c.label)
             } else {
@@ -548,22 +579,13 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     let keep = args.keep_logs
         || !report.violations().is_empty()
         || cells.iter().any(|c| !c.stats.unexpected_exits.is_empty());
-    let mut worlds = vec![];
-    for mut c in cells {
+    report.cell = format!("{:?}", args.cell).to_lowercase();
+    // The first cell holds IPAM's world, and every cell's logs with it.
+    for (i, mut c) in cells.into_iter().enumerate() {
         c.fleet.kill_all().await;
-        worlds.push(c.world);
-    }
-    // The first world holds every cell's logs; the others are only cells.
-    let mut worlds = worlds.into_iter();
-    let first = worlds.next().expect("one cell at least");
-    for w in worlds {
-        w.shutdown().await;
-    }
-    if keep {
-        let dir = first.shutdown_keeping_files().await;
-        report.log_dir = Some(dir.join("logs").display().to_string());
-    } else {
-        first.shutdown().await;
+        if let Some(dir) = c.server.shutdown(keep && i == 0).await {
+            report.log_dir = Some(dir.join("logs").display().to_string());
+        }
     }
     Ok(report)
 }
@@ -598,7 +620,7 @@ async fn churn(
     let i = rng.random_range(0..cells.len());
     let few = cells[i].live.len() < 10;
     if few || roll >= args.recreate_share + args.delete_share {
-        return make_new(cells, created);
+        return make_new(cells, created).await;
     }
     let c = &mut cells[i];
     let Some(name) = c.pick_live(rng) else {
@@ -619,11 +641,11 @@ async fn churn(
 }
 
 /// Makes a shard under a new name in every cell.
-fn make_new(cells: &mut [Cell], created: &mut usize) -> anyhow::Result<()> {
+async fn make_new(cells: &mut [Cell], created: &mut usize) -> anyhow::Result<()> {
     let name = format!("late-{created}");
     *created += 1;
     for c in cells.iter_mut() {
-        c.create(&name)?;
+        c.create(&name).await?;
         c.stats.created += 1;
     }
     Ok(())
@@ -639,7 +661,7 @@ enum Lapse {
 /// Begins cell `i`'s next lapse fault if one is due and the cell is free for it: no fault of
 /// the kind on or still to be judged, no controller stopped, a leader to lapse, and time to end
 /// it before the switch to two writers. The caller then puts the cell's faults in place.
-fn next_lapse(
+async fn next_lapse(
     cells: &mut [Cell],
     i: usize,
     args: &ChaosArgs,
@@ -649,7 +671,7 @@ fn next_lapse(
 ) -> anyhow::Result<()> {
     let now = Instant::now();
     let c = &mut cells[i];
-    if !c.lapse_ready(now) {
+    if !c.lapse_ready(now).await? {
         return Ok(());
     }
     let kind = if c.next_slow_renewals <= c.next_short_pause {
@@ -667,9 +689,11 @@ fn next_lapse(
             args.lapse.short_pauses_per_minute,
         ),
     };
-    let leader = (!c.guarding_lapse() && !c.any_paused())
-        .then(|| c.leader())
-        .flatten();
+    let leader = if !c.guarding_lapse() && !c.any_paused() {
+        c.leader().await?
+    } else {
+        None
+    };
     let too_late = now + length + Duration::from_secs(1) > switch;
     let c = &mut cells[i];
     let slot = match kind {
@@ -690,23 +714,24 @@ fn next_lapse(
     match kind {
         Lapse::SlowRenewals => c.begin_slow_renewals(length),
         Lapse::ShortPause => {
-            c.pause(&leader, length, false, true)?;
+            c.pause(&leader, length, false, true).await?;
             // Made while the leader is stopped: its event waits in the leader's watch until it
             // wakes past its deadline (churn makes more).
-            make_new(cells, created)?;
+            make_new(cells, created).await?;
         }
     }
     Ok(())
 }
 
 /// Judges what the cells are owed by now (everything, with `all`).
-fn judge_due(cells: &mut [Cell], prompt: &mut Promptness, all: bool) {
+async fn judge_due(cells: &mut [Cell], prompt: &mut Promptness, all: bool) -> anyhow::Result<()> {
     let now = Instant::now();
     for (i, c) in cells.iter_mut().enumerate() {
         for owed in c.owed_due(now, all) {
-            prompt.judge(&c.judged(i), &owed);
+            prompt.judge(&c.judged(i), &owed).await?;
         }
     }
+    Ok(())
 }
 
 /// Stops a cell's leader (any running controller without election) in the middle of its work:
@@ -719,17 +744,17 @@ async fn pause_mid_write(
     length: Duration,
     rng: &mut StdRng,
 ) -> anyhow::Result<bool> {
-    let Some(target) = cell.pause_target(elected, rng) else {
+    let Some(target) = cell.pause_target(elected, rng).await? else {
         return Ok(false);
     };
     let Some(name) = cell.pick_live(rng) else {
-        cell.pause(&target, length, false, false)?;
+        cell.pause(&target, length, false, false).await?;
         return Ok(true);
     };
     cell.recreate(&name, Duration::ZERO).await?;
     let uid = cell.live.get(&name).cloned().unwrap_or_default();
     let landed = cell.claim_lands(&name, &uid, Duration::from_secs(2)).await;
-    cell.pause(&target, length, landed, false)?;
+    cell.pause(&target, length, landed, false).await?;
     Ok(true)
 }
 
@@ -739,6 +764,7 @@ async fn pause_mid_write(
 /// settle.
 pub fn ci_options(seed: u64) -> ChaosArgs {
     ChaosArgs {
+        cell: CellKind::Local,
         seed,
         shards: 60,
         cells: 2,

@@ -14,6 +14,9 @@ use crate::table;
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChaosReport {
+    /// The API server that played the cells: `local` (localplane) or `real` (kube-apiserver
+    /// and etcd behind a fault proxy).
+    pub cell: String,
     pub seed: u64,
     pub fault_seconds: f64,
     pub settle_time_seconds: f64,
@@ -83,8 +86,8 @@ impl ChaosReport {
     pub fn write_summary(&self, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "chaos: seed {}, {:.0} s of faults, settled in {:.1} s",
-            self.seed, self.fault_seconds, self.settle_time_seconds
+            "chaos: {} cells, seed {}, {:.0} s of faults, settled in {:.1} s",
+            self.cell, self.seed, self.fault_seconds, self.settle_time_seconds
         )?;
         writeln!(out)?;
         let rows: Vec<[String; 11]> = self

@@ -3,15 +3,16 @@
 
 use super::*;
 
-/// Of the shard incarnations `expected` (name -> uid), those not stored addressed in `world`'s
-/// cell now: unaddressed, or not stored as that incarnation.
-pub fn unaddressed(world: &World, expected: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    let cell = world.lp().cell();
+/// Of the shard incarnations `expected` (name -> uid), those not addressed among a cell's
+/// `shards`: unaddressed, or not there as that incarnation.
+pub fn unaddressed(shards: &[Value], expected: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let stored: HashMap<&str, &Value> = shards.iter().map(|s| (name_of(s), s)).collect();
     expected
         .iter()
         .filter(|(name, uid)| {
-            cell.object(&shards_key(), Some(NAMESPACE), name)
-                .is_none_or(|s| uid_of(&s) != uid.as_str() || !is_addressed(&s))
+            stored
+                .get(name.as_str())
+                .is_none_or(|s| uid_of(s) != uid.as_str() || !is_addressed(s))
         })
         .map(|(n, u)| (n.clone(), u.clone()))
         .collect()

@@ -65,10 +65,14 @@ pub fn excused(samples: &[Sample], at: Option<&Instant>) -> bool {
 impl Observer {
     /// Claims left for shards that are gone, sorted by whether a release is owed: from the
     /// stores now.
-    pub fn leftovers(&self, planes: &Planes<'_>, run: &RunFacts<'_>) -> Leftovers {
+    pub async fn leftovers(
+        &self,
+        planes: &Planes<'_>,
+        run: &RunFacts<'_>,
+    ) -> anyhow::Result<Leftovers> {
         let records = planes.records();
-        let cells = planes.shards();
-        self.leftovers_in(planes, &records, &cells, run)
+        let cells = planes.shards().await?;
+        Ok(self.leftovers_in(planes, &records, &cells, run))
     }
 
     pub(super) fn leftovers_in(

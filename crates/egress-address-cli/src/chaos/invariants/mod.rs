@@ -1,5 +1,6 @@
-//! What a chaos run must never show, and what it must leave behind, judged from the stores of
-//! its worlds (reads only: no request, so nothing here disturbs the run or the counters).
+//! What a chaos run must never show, and what it must leave behind, judged from IPAM's store and
+//! what each cell's server holds (reads only, never faulted or counted: see
+//! [`super::server::CellServer`]).
 //!
 //! Checked at every sample during the run, where a read of the stores settles it:
 //! * no two live shards, in any cell, carry one address;
@@ -31,9 +32,9 @@ use egress_address::ipam::address::not_public_unicast;
 use egress_address::ipam::naming::{
     ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
 };
+use localplane::Plane;
 use localplane::testing::{
-    CLAIM_NAMESPACE, PLATFORM_PROJECT, World, address_of, allocations_key, claims_key,
-    is_addressed, shards_key,
+    CLAIM_NAMESPACE, PLATFORM_PROJECT, address_of, allocations_key, claims_key, is_addressed,
 };
 use serde_json::Value;
 
@@ -52,6 +53,8 @@ use refs::{made_for, ref_of, ref_problem};
 use shared::{describe_shared, shared};
 use usable::unusable;
 
+use super::server::CellServer;
+
 /// The namespace a chaos run's shards live in, in every cell.
 pub const NAMESPACE: &str = "chaos";
 
@@ -61,12 +64,13 @@ pub struct CellRef<'a> {
     pub label: &'a str,
     /// The cell's identity, as its controllers mark claims with it.
     pub id: &'a str,
-    pub world: &'a World,
+    pub server: &'a CellServer,
 }
 
 /// The stores a run is judged by: the platform project's IPAM and every cell.
 pub struct Planes<'a> {
-    pub platform: &'a World,
+    /// The platform project's plane, where every cell's claims are.
+    pub platform: &'a Plane,
     pub cells: Vec<CellRef<'a>>,
 }
 
@@ -90,11 +94,9 @@ impl Records {
 impl Planes<'_> {
     /// IPAM's records now (one store read per kind).
     pub fn records(&self) -> Records {
-        let Some(p) = self.platform.lp().project(PLATFORM_PROJECT) else {
-            return Records::default();
-        };
         let by_name = |key| {
-            p.objects(&key, Some(CLAIM_NAMESPACE))
+            self.platform
+                .objects(&key, Some(CLAIM_NAMESPACE))
                 .into_iter()
                 .map(|o| (name_of(&o).to_string(), o))
                 .collect()
@@ -105,20 +107,17 @@ impl Planes<'_> {
         }
     }
 
-    /// Every cell's shards now, in the order of [`Planes::cells`] (one store read per cell).
-    pub fn shards(&self) -> Vec<Vec<Value>> {
-        self.cells
-            .iter()
-            .map(|c| c.world.lp().cell().objects(&shards_key(), Some(NAMESPACE)))
-            .collect()
+    /// Every cell's shards now, in the order of [`Planes::cells`] (one read per cell).
+    pub async fn shards(&self) -> anyhow::Result<Vec<Vec<Value>>> {
+        let mut out = Vec::with_capacity(self.cells.len());
+        for c in &self.cells {
+            out.push(c.server.shards().await?);
+        }
+        Ok(out)
     }
 
-    fn shard(&self, cell: usize, name: &str) -> Option<Value> {
-        self.cells[cell]
-            .world
-            .lp()
-            .cell()
-            .object(&shards_key(), Some(NAMESPACE), name)
+    async fn shard(&self, cell: usize, name: &str) -> anyhow::Result<Option<Value>> {
+        self.cells[cell].server.shard(name).await
     }
 
     fn record(&self, kind: &str, name: &str) -> Option<Value> {
@@ -127,10 +126,7 @@ impl Planes<'_> {
             "IPAllocation" => allocations_key(),
             _ => return None,
         };
-        self.platform
-            .lp()
-            .project(PLATFORM_PROJECT)?
-            .object(&key, Some(CLAIM_NAMESPACE), name)
+        self.platform.object(&key, Some(CLAIM_NAMESPACE), name)
     }
 }
 
@@ -235,32 +231,34 @@ impl Observer {
     /// * a deleted claim, when a shard seen addressed at an earlier sample is still there, same
     ///   uid, after the records were read without the claim it references: the shard was live
     ///   throughout, so its claim was deleted while it lived.
-    pub fn sample(&mut self, planes: &Planes<'_>) {
+    pub async fn sample(&mut self, planes: &Planes<'_>) -> anyhow::Result<()> {
         // Taken before the read: a claim missing from it was missing at this moment or later.
         let read_at = Instant::now();
         let records = planes.records();
-        let cells = planes.shards();
+        let cells = planes.shards().await?;
         self.sight(&records, read_at);
         let when = format!("at {:.1} s", self.start.elapsed().as_secs_f64());
 
-        let shared = shared(&cells)
-            .into_iter()
-            .filter(|(addr, holders)| {
-                holders.iter().all(|(i, name, uid)| {
-                    planes.shard(*i, name).is_some_and(|s| {
-                        uid_of(&s) == uid
-                            && s["spec"]["shardAddressIPv6"]
-                                .as_str()
-                                .and_then(|t| t.parse::<Ipv6Addr>().ok())
-                                .is_some_and(|a| a.to_string() == *addr)
-                    })
-                })
-            })
-            .map(|(addr, holders)| describe_shared(planes, &addr, &holders))
-            .collect::<Vec<_>>();
+        let mut shared_found = vec![];
+        for (addr, holders) in shared(&cells) {
+            let mut all_hold = true;
+            for (i, name, uid) in &holders {
+                let still = planes.shard(*i, name).await?.is_some_and(|s| {
+                    uid_of(&s) == uid
+                        && s["spec"]["shardAddressIPv6"]
+                            .as_str()
+                            .and_then(|t| t.parse::<Ipv6Addr>().ok())
+                            .is_some_and(|a| a.to_string() == addr)
+                });
+                all_hold &= still;
+            }
+            if all_hold {
+                shared_found.push(describe_shared(planes, &addr, &holders));
+            }
+        }
         self.results
             .shared_addresses
-            .judge(&when, shared, &mut self.seen);
+            .judge(&when, shared_found, &mut self.seen);
 
         let unusable_found = each_addressed(planes, &cells)
             .filter_map(|(label, s)| unusable(s).map(|why| format!("{}: {why}", who(label, s))))
@@ -300,14 +298,19 @@ impl Observer {
         self.results
             .deleted_live_claims
             .judge(&when, deleted, &mut self.seen);
+        Ok(())
     }
 
     /// The end of the run: the four invariants once more on the settled stores (a missing
     /// record now counts: nothing is in flight), then the leftovers and the rest.
-    pub fn finish(mut self, planes: &Planes<'_>, run: &RunFacts<'_>) -> Findings {
-        self.sample(planes);
+    pub async fn finish(
+        mut self,
+        planes: &Planes<'_>,
+        run: &RunFacts<'_>,
+    ) -> anyhow::Result<Findings> {
+        self.sample(planes).await?;
         let records = planes.records();
-        let cells = planes.shards();
+        let cells = planes.shards().await?;
         let mut missing = vec![];
         for (label, s) in each_addressed(planes, &cells) {
             let id = planes
@@ -340,11 +343,11 @@ impl Observer {
         }
 
         let leftovers = self.leftovers_in(planes, &records, &cells, run);
-        Findings {
+        Ok(Findings {
             sampled: self.results,
             unaddressed,
             leftovers,
-        }
+        })
     }
 }
 

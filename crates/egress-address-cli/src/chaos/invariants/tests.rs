@@ -7,6 +7,7 @@ use egress_api::shard::EgressShard;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use localplane::testing::{ADDRESS_CLASS, LOCATION, answer_claim, shard_object};
+use localplane::testing::{PLATFORM_PROJECT, World};
 use serde_json::json;
 
 fn at(base: Instant, ms: u64, acting: &[&str]) -> Sample {
@@ -69,7 +70,7 @@ const ANSWER: &str = "chaos.test/answer";
 
 /// Two worlds as a run has them: cell a with the platform project, cell b claiming from it.
 /// IPAM answers each planted claim with the address its [`ANSWER`] annotation names.
-async fn two_cells() -> (World, World) {
+async fn two_cells() -> (CellServer, CellServer) {
     let a = crate::fleet::world().start().await.unwrap();
     let b = crate::fleet::world().cell_only().start().await.unwrap();
     a.lp().cell().ensure_namespace(NAMESPACE);
@@ -80,42 +81,60 @@ async fn two_cells() -> (World, World) {
             answer_claim(c, &cidr);
         }
     });
-    (a, b)
+    (CellServer::Local(a), CellServer::Local(b))
 }
 
-fn planes<'a>(a: &'a World, b: &'a World, ids: &'a [String; 2]) -> Planes<'a> {
+/// The world of a cell made by [`two_cells`].
+fn w(cell: &CellServer) -> &World {
+    match cell {
+        CellServer::Local(world) => world,
+        CellServer::Real(_) => unreachable!("the tests' cells are localplane's"),
+    }
+}
+
+/// The platform project's plane, on cell a's world.
+fn platform(a: &CellServer) -> Plane {
+    w(a).lp().project(PLATFORM_PROJECT).unwrap()
+}
+
+fn planes<'a>(
+    platform: &'a Plane,
+    a: &'a CellServer,
+    b: &'a CellServer,
+    ids: &'a [String; 2],
+) -> Planes<'a> {
     Planes {
-        platform: a,
+        platform,
         cells: vec![
             CellRef {
                 label: "a",
                 id: &ids[0],
-                world: a,
+                server: a,
             },
             CellRef {
                 label: "b",
                 id: &ids[1],
-                world: b,
+                server: b,
             },
         ],
     }
 }
 
 /// Stores a shard carrying `addr` with a ref to claim `claim`; its uid.
-fn addressed(world: &World, name: &str, addr: &str, claim: &str) -> String {
+fn addressed(cell: &CellServer, name: &str, addr: &str, claim: &str) -> String {
     let mut s = shard_object(NAMESPACE, name);
     s["spec"]["shardAddressIPv6"] = json!(addr);
     s["spec"]["shardAddressIPv6ClaimRef"] = json!({
         "apiGroup": "ipam.miloapis.com", "kind": "IPClaim", "project": PLATFORM_PROJECT,
         "namespace": CLAIM_NAMESPACE, "name": claim,
     });
-    let stored = world.lp().cell().apply_object(s).unwrap();
+    let stored = w(cell).lp().cell().apply_object(s).unwrap();
     uid_of(&stored).to_string()
 }
 
 /// Creates claim `name` over HTTP as a controller of `cell` would for shard `shard`
 /// (incarnation `uid`), bound to `cidr`.
-async fn claim(platform: &World, name: &str, cell: &str, shard: &str, uid: &str, cidr: &str) {
+async fn claim(a: &CellServer, name: &str, cell: &str, shard: &str, uid: &str, cidr: &str) {
     let mut c = desired_claim(&ClaimRequest {
         class_name: ADDRESS_CLASS,
         claim_namespace: CLAIM_NAMESPACE,
@@ -130,16 +149,14 @@ async fn claim(platform: &World, name: &str, cell: &str, shard: &str, uid: &str,
         .annotations
         .get_or_insert_default()
         .insert(ANSWER.into(), cidr.into());
-    platform
-        .claims()
+    w(a).claims()
         .create(&PostParams::default(), &c)
         .await
         .unwrap_or_else(|e| panic!("planting claim {name}: {e}"));
 }
 
-async fn delete_claim(platform: &World, name: &str) {
-    platform
-        .claims()
+async fn delete_claim(a: &CellServer, name: &str) {
+    w(a).claims()
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
@@ -148,7 +165,8 @@ async fn delete_claim(platform: &World, name: &str) {
 #[tokio::test]
 async fn the_checker_catches_every_planted_violation() {
     let (a, b) = two_cells().await;
-    let ids = [a.lp().cell_uid(), b.lp().cell_uid()];
+    let ids = [w(&a).lp().cell_uid(), w(&b).lp().cell_uid()];
+    let p = platform(&a);
     let start = Instant::now();
     let mut obs = Observer::new(start);
 
@@ -157,7 +175,7 @@ async fn the_checker_catches_every_planted_violation() {
     claim(&a, "claim-a", &ids[0], "twin", &twin_a, "2001:db8::10/128").await;
     let twin_b = addressed(&b, "twin", "2001:db8::11", "claim-b");
     claim(&a, "claim-b", &ids[1], "twin", &twin_b, "2001:db8::11/128").await;
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     assert_eq!(obs.results.shared_addresses.checks, 1);
     assert!(obs.seen.is_empty(), "a healthy world: {:?}", obs.results);
 
@@ -180,7 +198,7 @@ async fn the_checker_catches_every_planted_violation() {
         "2001:db8::30/128",
     )
     .await;
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     let r = &obs.results;
     assert_eq!(r.shared_addresses.violations.len(), 1, "{r:?}");
     assert!(r.shared_addresses.violations[0].contains("cell b chaos/dup"));
@@ -207,7 +225,7 @@ async fn the_checker_catches_every_planted_violation() {
     delete_claim(&a, "claim-b").await;
     delete_claim(&a, "claim-a").await;
     claim(&a, "claim-a", &ids[0], "twin", &twin_a, "2001:db8::10/128").await;
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     let r = &obs.results;
     assert_eq!(r.deleted_live_claims.violations.len(), 2, "{r:?}");
     assert!(
@@ -224,16 +242,17 @@ async fn the_checker_catches_every_planted_violation() {
     );
     // A violation that persists is listed once.
     let before = obs.seen.len();
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     assert_eq!(obs.seen.len(), before);
-    a.shutdown().await;
-    b.shutdown().await;
+    a.shutdown(false).await;
+    b.shutdown(false).await;
 }
 
 #[tokio::test]
 async fn a_claim_gone_from_under_a_live_shard_is_not_blamed_on_a_shard_that_left() {
     let (a, b) = two_cells().await;
-    let ids = [a.lp().cell_uid(), b.lp().cell_uid()];
+    let ids = [w(&a).lp().cell_uid(), w(&b).lp().cell_uid()];
+    let p = platform(&a);
     let mut obs = Observer::new(Instant::now());
     let uid = addressed(&a, "leaving", "2001:db8::40", "claim-leaving");
     claim(
@@ -245,30 +264,31 @@ async fn a_claim_gone_from_under_a_live_shard_is_not_blamed_on_a_shard_that_left
         "2001:db8::40/128",
     )
     .await;
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     // The shard goes first, then its claim: a release, not a violation.
-    Api::<EgressShard>::namespaced(a.cell(), NAMESPACE)
+    Api::<EgressShard>::namespaced(w(&a).cell(), NAMESPACE)
         .delete("leaving", &DeleteParams::default())
         .await
         .unwrap();
     delete_claim(&a, "claim-leaving").await;
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     assert!(obs.seen.is_empty(), "{:?}", obs.results);
     assert_eq!(obs.results.deleted_live_claims.checks, 2);
-    a.shutdown().await;
-    b.shutdown().await;
+    a.shutdown(false).await;
+    b.shutdown(false).await;
 }
 
 #[tokio::test]
 async fn the_end_of_a_run_finds_gaps_missing_records_and_owed_releases() {
     let (a, b) = two_cells().await;
-    let ids = [a.lp().cell_uid(), b.lp().cell_uid()];
+    let ids = [w(&a).lp().cell_uid(), w(&b).lp().cell_uid()];
+    let p = platform(&a);
     let t0 = Instant::now();
     let mut obs = Observer::new(t0);
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     // A shard whose ref names nothing, a bare shard, one the run expected and is gone.
     let lost = addressed(&a, "lost-ref", "2001:db8::50", "no-such-claim");
-    let bare = a
+    let bare = w(&a)
         .lp()
         .cell()
         .apply_object(shard_object(NAMESPACE, "bare"))
@@ -280,11 +300,11 @@ async fn the_end_of_a_run_finds_gaps_missing_records_and_owed_releases() {
     claim(&a, "unseen", &ids[1], "y", "uid-unseen", "2001:db8::61/128").await;
     let deleted = Deletion {
         at: Instant::now(),
-        platform_rv: a.lp().project(PLATFORM_PROJECT).unwrap().resource_version(),
+        platform_rv: p.resource_version(),
     };
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
     claim(&a, "late", &ids[0], "z", "uid-late", "2001:db8::62/128").await;
-    obs.sample(&planes(&a, &b, &ids));
+    obs.sample(&planes(&p, &a, &b, &ids)).await.unwrap();
 
     let live_a: BTreeMap<String, String> = [
         ("lost-ref".to_string(), lost),
@@ -319,7 +339,7 @@ async fn the_end_of_a_run_finds_gaps_missing_records_and_owed_releases() {
         ],
         late_window: Duration::from_secs(30),
     };
-    let f = obs.finish(&planes(&a, &b, &ids), &facts);
+    let f = obs.finish(&planes(&p, &a, &b, &ids), &facts).await.unwrap();
     assert_eq!(
         f.unaddressed.len(),
         2,
@@ -343,6 +363,6 @@ async fn the_end_of_a_run_finds_gaps_missing_records_and_owed_releases() {
     assert_eq!(names(&f.leftovers.owed), ["owed"], "{f:?}");
     assert_eq!(names(&f.leftovers.unseen_delete), ["unseen"], "{f:?}");
     assert_eq!(names(&f.leftovers.created_after_delete), ["late"], "{f:?}");
-    a.shutdown().await;
-    b.shutdown().await;
+    a.shutdown(false).await;
+    b.shutdown(false).await;
 }
