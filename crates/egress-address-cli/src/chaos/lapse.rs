@@ -312,7 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_shard_left_unaddressed_is_named_once_with_what_it_outlived() {
-        let server = CellServer::Local(crate::fleet::world().start().await.unwrap());
+        let server = CellServer::Local(Box::new(crate::fleet::world().start().await.unwrap()));
         let CellServer::Local(world) = &server else {
             unreachable!()
         };

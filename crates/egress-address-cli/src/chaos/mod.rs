@@ -260,9 +260,11 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     // world.
     let servers = match args.cell {
         CellKind::Local => {
-            let mut servers = vec![CellServer::Local(ipam)];
+            let mut servers = vec![CellServer::Local(Box::new(ipam))];
             if args.cells == 2 {
-                servers.push(CellServer::Local(fleet::world().cell_only().start().await?));
+                servers.push(CellServer::Local(Box::new(
+                    fleet::world().cell_only().start().await?,
+                )));
             }
             servers
         }

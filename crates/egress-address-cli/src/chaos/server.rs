@@ -31,7 +31,7 @@ use crate::cell::{SYSTEM_NAMESPACE, install};
 const LOCAL_LEASE_NAMESPACE: &str = "default";
 
 pub enum CellServer {
-    Local(World),
+    Local(Box<World>),
     Real(Box<RealServer>),
 }
 
@@ -256,7 +256,7 @@ impl CellServer {
     /// their folder is returned.
     pub async fn shutdown(self, keep: bool) -> Option<PathBuf> {
         let world = match self {
-            CellServer::Local(w) => Some(w),
+            CellServer::Local(w) => Some(*w),
             CellServer::Real(r) => {
                 let RealServer {
                     real, proxy, ipam, ..

@@ -81,7 +81,10 @@ async fn two_cells() -> (CellServer, CellServer) {
             answer_claim(c, &cidr);
         }
     });
-    (CellServer::Local(a), CellServer::Local(b))
+    (
+        CellServer::Local(Box::new(a)),
+        CellServer::Local(Box::new(b)),
+    )
 }
 
 /// The world of a cell made by [`two_cells`].
