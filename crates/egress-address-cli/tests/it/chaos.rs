@@ -9,16 +9,33 @@
 //! binary of the same profile (built by `cargo test --workspace`, or `cargo build -p
 //! egress-address`).
 
+//!
+//! It runs on both servers: on localplane, and on kube-apiserver and etcd (`realcell`) with
+//! the fault proxy in front of each cell, IPAM staying localplane's.
+
+use egress_address_cli::cell::CellKind;
 use egress_address_cli::chaos;
 
 use crate::common::one_fleet_at_a_time;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn() {
+async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn_on_localplane() {
+    the_invariants_hold(CellKind::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn_on_the_real_cell() {
+    the_invariants_hold(CellKind::Real).await;
+}
+
+async fn the_invariants_hold(cell: CellKind) {
     let _turn = one_fleet_at_a_time().await;
-    let report = chaos::run(&chaos::ci_options(7))
-        .await
-        .expect("the chaos run completes");
+    let options = chaos::ChaosArgs {
+        cell,
+        ..chaos::ci_options(7)
+    };
+    let report = chaos::run(&options).await.expect("the chaos run completes");
+    assert_eq!(report.cell, format!("{cell:?}").to_lowercase());
     let mut summary = vec![];
     report.write_summary(&mut summary).unwrap();
     eprintln!("{}", String::from_utf8_lossy(&summary));
@@ -40,7 +57,11 @@ async fn the_invariants_hold_under_every_fault_kind_kills_pauses_and_churn() {
     assert!(platform.delayed_commits > 0, "no claim delete landed late");
     assert_eq!(report.cells.len(), 2);
     for c in &report.cells {
-        let f = &report.faults.by_plane[&format!("cell {}", c.label)];
+        let f = report
+            .faults
+            .by_plane
+            .get(&format!("cell {}", c.label))
+            .unwrap_or_else(|| panic!("cell {}: no fault injected", c.label));
         assert!(
             f.before_apply.status > 0 && after(f) > 0,
             "cell {}: {f:?}",
