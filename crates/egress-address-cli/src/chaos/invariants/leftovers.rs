@@ -43,23 +43,29 @@ pub(super) const COVER: Duration = Duration::from_secs(8);
 /// Whether a delete at `at` went unseen through no fault of the controller: no single process
 /// was acting from the delete through [`COVER`] after it (or to the end of the run).
 pub fn excused(samples: &[Sample], at: Option<&Instant>) -> bool {
-    let Some(at) = at else { return false };
+    at.is_some_and(|at| witnesses(samples, *at).is_empty())
+}
+
+/// The processes acting from just before a delete at `at` through [`COVER`] after it: those that
+/// owed its release. None when the run ended without a sample after the delete.
+fn witnesses(samples: &[Sample], at: Instant) -> BTreeSet<String> {
     let window: Vec<&Sample> = samples
         .iter()
-        .filter(|s| s.at >= *at && s.at <= *at + COVER)
+        .filter(|s| s.at >= at && s.at <= at + COVER)
         .collect();
     let Some(first) = window.first() else {
-        return true;
+        return BTreeSet::new();
     };
     // The sample just before the delete counts too: the process had to be acting already.
-    let before = samples.iter().rev().find(|s| s.at < *at);
+    let before = samples.iter().rev().find(|s| s.at < at);
     let candidates: BTreeSet<String> = match before {
         Some(b) => first.acting.intersection(&b.acting).cloned().collect(),
         None => first.acting.clone(),
     };
-    !candidates
-        .iter()
-        .any(|p| window.iter().all(|s| s.acting.contains(p)))
+    candidates
+        .into_iter()
+        .filter(|p| window.iter().all(|s| s.acting.contains(p)))
+        .collect()
 }
 
 impl Observer {
@@ -117,12 +123,25 @@ impl Observer {
                         .get(uid_of(c))
                         .is_some_and(|first| *first <= d.at + run.late_window)
             });
+            let owed_by = match (cell, deleted_at) {
+                (Some(i), Some(at)) => Some((at, witnesses(run.cells[i].samples, at))),
+                _ => None,
+            };
             if late {
                 leftovers.created_after_delete.push(text);
-            } else if cell.is_some_and(|i| excused(run.cells[i].samples, deleted_at.as_ref())) {
+            } else if owed_by.as_ref().is_some_and(|(_, w)| w.is_empty()) {
                 leftovers.unseen_delete.push(text);
             } else {
-                leftovers.owed.push(text);
+                // Who should have seen the delete, and when: where the controllers' logs begin.
+                let why = match owed_by {
+                    Some((at, w)) => format!(
+                        ", deleted at {:.1} s while {} acted throughout",
+                        at.saturating_duration_since(self.start).as_secs_f64(),
+                        w.into_iter().collect::<Vec<_>>().join(" and ")
+                    ),
+                    None => ", a shard the run did not delete".into(),
+                };
+                leftovers.owed.push(text + &why);
             }
         }
         leftovers
