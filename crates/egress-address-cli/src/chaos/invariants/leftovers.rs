@@ -40,15 +40,11 @@ pub struct Sample {
 /// How long one controller must keep acting after a delete for its release to be owed.
 pub(super) const COVER: Duration = Duration::from_secs(8);
 
-/// Whether a delete at `at` went unseen through no fault of the controller: no single process
-/// was acting from the delete through [`COVER`] after it (or to the end of the run).
-pub fn excused(samples: &[Sample], at: Option<&Instant>) -> bool {
-    at.is_some_and(|at| witnesses(samples, *at).is_empty())
-}
-
 /// The processes acting from just before a delete at `at` through [`COVER`] after it: those that
-/// owed its release. None when the run ended without a sample after the delete.
-fn witnesses(samples: &[Sample], at: Instant) -> BTreeSet<String> {
+/// owed its release. None (the delete is excused: it went unseen through no fault of the
+/// controller) when no single process acted throughout, or the run ended without a sample after
+/// the delete.
+pub(super) fn witnesses(samples: &[Sample], at: Instant) -> BTreeSet<String> {
     let window: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.at >= at && s.at <= at + COVER)
