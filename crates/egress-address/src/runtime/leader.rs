@@ -7,10 +7,16 @@
 //! shared. Expiry is judged by how long the lease has looked unchanged on our own clock, not by
 //! comparing its `renewTime` with our clock, so clock skew between instances cannot elect two.
 //!
-//! Every renewal also carries the leader's release watermark (an annotation naming the DELETED
-//! event up to which every deleted shard's claim is released), and every standby's look at the
-//! lease drops those deletions from its memory: a standby remembers only what is still pending,
-//! however long it waits and however many shards come and go.
+//! Every renewal also carries the leader's release watermark (annotations naming the span of
+//! DELETED events, from the first since its shard watch began a list through the newest before
+//! anything still pending, whose claims are all released), and every standby's look at the lease
+//! drops those deletions from its memory: a standby remembers only what is still pending, however
+//! long it waits and however many shards come and go. A deletion from before the leader's watch
+//! began is outside the span, so a standby keeps what a leader started since never saw.
+//!
+//! The renewal also hands over the deletions the leader has still to release (the oldest
+//! [`HANDOVER_LIMIT`]), and whoever takes the lease over takes them on: a successor that started
+//! after a delete would otherwise never release the claim its dead predecessor owed.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -31,13 +37,21 @@ use crate::config::settings::write_params;
 use crate::kube_status::{forbidden_message, is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::reconcile::WriteGate;
-use crate::shard::ShardMemory;
+use crate::shard::{HandedOver, ShardMemory, Watermark};
 
 /// What the elector was doing when the cell forbade it (a `/ready` reason names it).
 const LEASING: &str = "reading and renewing the leader Lease";
 
-/// Lease annotation carrying the leader's release watermark.
+/// Lease annotation naming the DELETED event where the leader's release watermark begins.
+pub const ANNOTATION_RELEASED_FROM: &str = "cloud.datumapis.com/egress-address-released-from";
+/// Lease annotation naming the DELETED event where the leader's release watermark ends.
 pub const ANNOTATION_RELEASED_THROUGH: &str = "cloud.datumapis.com/egress-address-released-through";
+/// Lease annotation handing the leader's pending releases to its successor (a JSON list).
+pub const ANNOTATION_RELEASES_PENDING: &str = "cloud.datumapis.com/egress-address-releases-pending";
+/// The most pending releases a lease hands over: a few hundred bytes each, well inside what an
+/// object's annotations may hold (256 KiB) and cheap to rewrite every renewal. The oldest go
+/// first; the rest follow as those are released.
+pub const HANDOVER_LIMIT: usize = 256;
 
 struct TokenState {
     always: bool,
@@ -265,7 +279,7 @@ impl Elector {
         let now = MicroTime(jiff::Timestamp::now());
         let name = self.config.lease_name.clone();
         if let Some(mut ours) = self.held.take() {
-            self.stamp_watermark(&mut ours);
+            self.stamp_releases(&mut ours);
             let spec = ours.spec.get_or_insert_with(LeaseSpec::default);
             spec.renew_time = Some(now.clone());
             spec.lease_duration_seconds = Some(self.duration_secs());
@@ -296,7 +310,7 @@ impl Elector {
                         ..Default::default()
                     }),
                 };
-                self.stamp_watermark(&mut lease);
+                self.stamp_releases(&mut lease);
                 return match self.api.create(&write_params(), &lease).await {
                     Ok(created) => {
                         self.held = Some(created);
@@ -311,13 +325,9 @@ impl Elector {
         let spec = current.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
         if holder != self.identity
-            && let Some(through) = current
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANNOTATION_RELEASED_THROUGH))
+            && let Some(released) = watermark_of(&current)
         {
-            self.memory.releases().drop_released_through(through);
+            self.memory.releases().drop_released(&released);
         }
         let rv = current
             .metadata
@@ -325,7 +335,6 @@ impl Elector {
             .clone()
             .unwrap_or_default();
         let mut next = current.clone();
-        self.stamp_watermark(&mut next);
         let next_spec = next.spec.get_or_insert_with(LeaseSpec::default);
         if holder == self.identity {
             next_spec.renew_time = Some(now);
@@ -346,12 +355,16 @@ impl Elector {
             if !holder.is_empty() && first_seen.elapsed() < held_for {
                 return Ok(false);
             }
+            // Taken on before the write: a takeover whose answer is lost still holds the lease,
+            // and a successor that did not win keeps them as any standby keeps a deletion.
+            self.take_over_releases(&current);
             next_spec.holder_identity = Some(self.identity.clone());
             next_spec.acquire_time = Some(now.clone());
             next_spec.renew_time = Some(now);
             next_spec.lease_duration_seconds = Some(self.duration_secs());
             next_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
+        self.stamp_releases(&mut next);
         match self.api.replace(&name, &write_params(), &next).await {
             Ok(written) => {
                 self.held = Some(written);
@@ -362,14 +375,52 @@ impl Elector {
         }
     }
 
-    /// Records what this leader has released, for the standbys.
-    fn stamp_watermark(&self, lease: &mut Lease) {
-        if let Some(through) = self.memory.releases().release_watermark() {
-            lease
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(ANNOTATION_RELEASED_THROUGH.to_string(), through);
+    /// Records what this leader has released, for the standbys, and what it has still to
+    /// release, for its successor. What it has nothing to say about is removed, so a former
+    /// leader's word is not passed on as this one's.
+    fn stamp_releases(&self, lease: &mut Lease) {
+        let releases = self.memory.releases();
+        let handed = releases.to_hand_over(HANDOVER_LIMIT);
+        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        match releases.release_watermark() {
+            Some(w) => {
+                annotations.insert(ANNOTATION_RELEASED_FROM.to_string(), w.from);
+                annotations.insert(ANNOTATION_RELEASED_THROUGH.to_string(), w.through);
+            }
+            None => {
+                annotations.remove(ANNOTATION_RELEASED_FROM);
+                annotations.remove(ANNOTATION_RELEASED_THROUGH);
+            }
+        }
+        if handed.is_empty() {
+            annotations.remove(ANNOTATION_RELEASES_PENDING);
+        } else {
+            let json = serde_json::to_string(&handed).expect("plain strings serialize");
+            annotations.insert(ANNOTATION_RELEASES_PENDING.to_string(), json);
+        }
+    }
+
+    /// Takes on the releases the lease's former holder handed over.
+    fn take_over_releases(&self, lease: &Lease) {
+        let Some(json) = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_RELEASES_PENDING))
+        else {
+            return;
+        };
+        match serde_json::from_str::<Vec<HandedOver>>(json) {
+            Ok(handed) => {
+                let offered = handed.len();
+                let taken = self.memory.releases().take_over(handed);
+                if taken > 0 {
+                    info!(lease = %self.config.lease_name, offered, taken, "took on the releases the former leader had still to make");
+                }
+            }
+            Err(err) => {
+                warn!(lease = %self.config.lease_name, annotation = ANNOTATION_RELEASES_PENDING, %err, "the former leader's pending releases are unreadable; they are left to the orphan sweep")
+            }
         }
     }
 
@@ -392,6 +443,16 @@ impl Elector {
             Err(e) => Err(self.lease_error(e)),
         }
     }
+}
+
+/// The release watermark a lease carries. A lease written by a version that named only where it
+/// ends says nothing a standby can act on (it may begin before that leader's watch did).
+fn watermark_of(lease: &Lease) -> Option<Watermark> {
+    let a = lease.metadata.annotations.as_ref()?;
+    Some(Watermark {
+        from: a.get(ANNOTATION_RELEASED_FROM)?.clone(),
+        through: a.get(ANNOTATION_RELEASED_THROUGH)?.clone(),
+    })
 }
 
 /// Where a late lease renewal is said: the log, the metrics and `/ready`.

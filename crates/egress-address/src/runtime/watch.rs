@@ -199,6 +199,7 @@ impl Watch {
         };
         match (step, shard) {
             (Step::ListStarts, _) => {
+                memory.releases().list_started();
                 self.listing.clear();
                 Vec::new()
             }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use egress_api::shard::EgressShard;
 
 pub use cached::CachedShard;
-pub use memory::{Gone, ShardMemory};
+pub use memory::{Gone, HandedOver, ShardMemory, Watermark};
 
 /// A shard's namespace and name: the unit of work.
 ///

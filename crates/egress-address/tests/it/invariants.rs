@@ -23,7 +23,7 @@ fn uid(shard: &egress_api::shard::EgressShard) -> String {
 }
 
 fn annotation(claim: &IPClaim, key: &str) -> Option<String> {
-    claim.metadata.annotations.as_ref()?.get(key).cloned()
+    annotation_of(&claim.metadata, key)
 }
 
 #[tokio::test]
@@ -372,6 +372,38 @@ async fn a_standby_remembers_only_pending_releases_and_takes_over_without_replay
         "another shard's claim was released"
     );
     b.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_leader_started_after_a_delete_releases_the_claim_its_predecessor_owed() {
+    use egress_address::runtime::leader::ANNOTATION_RELEASES_PENDING;
+    let plane = Plane::start().await;
+    let a = leading(&plane, "a").await;
+    plane.create_shard("gone").await;
+    addressed(&plane, "gone").await;
+    // IPAM cannot be read, so the leader cannot release; it hands the release on in the lease.
+    plane.set_faults(vec![fault(PLATFORM, "get", "ipclaims", 503)]);
+    plane.delete_shard("gone").await;
+    eventually(10, "the lease to hand the pending release on", || async {
+        let lease = leases(&plane).get(LEASE).await.unwrap();
+        let pending = annotation_of(&lease.metadata, ANNOTATION_RELEASES_PENDING)?;
+        pending.contains("\"gone\"").then_some(())
+    })
+    .await;
+    a.stop().await.unwrap();
+    plane.clear_faults();
+    assert!(
+        plane.claim_now(&plane.claim_name("gone")).is_some(),
+        "nothing released it yet"
+    );
+    // Started after the delete: its list never shows the shard.
+    let b = leading(&plane, "b").await;
+    claim_released(&plane, &plane.claim_name("gone"), "the successor's release").await;
+    b.stop().await.unwrap();
+}
+
+fn annotation_of(meta: &kube::api::ObjectMeta, key: &str) -> Option<String> {
+    meta.annotations.as_ref()?.get(key).cloned()
 }
 
 fn delayed_claim_deletes(ms: u64) -> localplane::FaultRule {

@@ -134,7 +134,7 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
     .await;
 
     let shards: Api<EgressShard> = Api::namespaced(admin.clone(), NS);
-    for name in ["fresh", "adopted"] {
+    for name in ["fresh", "adopted", "handed"] {
         let shard: EgressShard = serde_json::from_value(shard_object(NS, name)).unwrap();
         shards.create(&PostParams::default(), &shard).await.unwrap();
     }
@@ -210,7 +210,47 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
         0,
         "the shipped RBAC refused a request"
     );
+
+    // A release it cannot make is handed on in the real Lease, and a successor started after
+    // the delete makes it.
+    addressed_on(&shards, "handed").await;
+    plane.set_faults(vec![fault(PLATFORM, "get", "ipclaims", 503)]);
+    shards
+        .delete("handed", &DeleteParams::default())
+        .await
+        .unwrap();
+    let leases = Api::<Lease>::namespaced(admin.clone(), INSTALL_NAMESPACE);
+    eventually(30, "the real Lease to hand the release on", || async {
+        let lease = leases.get(LEASE).await.ok()?;
+        let pending = lease
+            .metadata
+            .annotations?
+            .remove(egress_address::runtime::leader::ANNOTATION_RELEASES_PENDING)?;
+        pending.contains("\"handed\"").then_some(())
+    })
+    .await;
     ctl.stop().await.unwrap();
+    plane.clear_faults();
+    let claim = claim_name(&cell, NS, "handed");
+    assert!(plane.claim_now(&claim).is_some(), "nothing released it yet");
+    let successor = start_counted(
+        leading_in_install("real-cell-1", NS),
+        &real.kubeconfig(Identity::Controller),
+        plane.ipam_for_controller().await,
+    )
+    .await;
+    eventually(
+        30,
+        "the successor to release the handed-on claim",
+        || async { plane.claim_now(&claim).is_none().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        successor.sum("rest_client_requests_total", ("code", "403")),
+        0,
+        "the shipped RBAC refused a request"
+    );
+    successor.stop().await.unwrap();
 }
 
 /// Rows `kubectl auth can-i --list` shows for every authenticated identity (the bootstrap roles

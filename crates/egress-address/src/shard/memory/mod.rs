@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 pub use addresses::AddressBook;
 pub use failures::Failures;
 pub use ledger::EventLedger;
-pub use releases::Releases;
+pub use releases::{HandedOver, Releases, Watermark};
 
 /// How many recent deletions are remembered by resourceVersion, to place a leader's release
 /// watermark in this instance's own order.
@@ -136,6 +136,10 @@ struct Inner {
     /// Recent deletions in the order seen: (seq, resourceVersion of the DELETED event).
     deletions: VecDeque<(u64, String)>,
     deletion_seq: HashMap<String, u64>,
+    /// The sequence number when the shard watch last began a full list: every deletion after it
+    /// was seen (as an event, or as an entry missing from a list), every one before may not have
+    /// been.
+    list_began: u64,
 }
 
 /// The per-shard memory of one controller instance.
@@ -370,45 +374,141 @@ mod tests {
         assert!(m.is_empty(), "nothing is kept once released");
     }
 
+    fn watermark(from: &str, through: &str) -> Option<Watermark> {
+        Some(Watermark {
+            from: from.into(),
+            through: through.into(),
+        })
+    }
+
+    /// Both see a shard made and deleted under each resourceVersion in `rvs`.
+    fn delete_on(ms: &[&ShardMemory], rvs: std::ops::Range<u32>) {
+        for rv in rvs {
+            let name = format!("s{rv}");
+            let s = shard(&name, &format!("u{rv}"), "");
+            for m in ms {
+                m.addresses().observe(&key(&name), &s);
+                m.releases()
+                    .observe_deleted(&key(&name), Some(&s), Some(&rv.to_string()));
+            }
+        }
+    }
+
+    fn release(m: &ShardMemory, name: &str) {
+        let g = m.releases().gone(&key(name)).remove(0);
+        m.releases().released(&key(name), &g);
+    }
+
     #[test]
     fn a_standby_drops_what_the_leader_released_and_keeps_the_rest() {
         let leader = memory();
         let standby = memory();
-        for (i, name) in ["a", "b", "c"].iter().enumerate() {
-            let s = shard(name, &format!("u{i}"), "");
-            let rv = format!("{}", 20 + i);
-            for m in [&leader, &standby] {
-                m.addresses().observe(&key(name), &s);
-                m.releases()
-                    .observe_deleted(&key(name), Some(&s), Some(&rv));
-            }
+        for m in [&leader, &standby] {
+            m.releases().list_started();
         }
+        delete_on(&[&leader, &standby], 20..23);
         assert_eq!(
             leader.releases().release_watermark(),
             None,
             "nothing released yet"
         );
-        let a = leader.releases().gone(&key("a")).remove(0);
-        leader.releases().released(&key("a"), &a);
-        assert_eq!(leader.releases().release_watermark().as_deref(), Some("20"));
-        let c = leader.releases().gone(&key("c")).remove(0);
-        leader.releases().released(&key("c"), &c);
+        release(&leader, "s20");
+        assert_eq!(leader.releases().release_watermark(), watermark("20", "20"));
+        release(&leader, "s22");
         assert_eq!(
-            leader.releases().release_watermark().as_deref(),
-            Some("20"),
-            "b is still pending, so c's release does not move the watermark"
+            leader.releases().release_watermark(),
+            watermark("20", "20"),
+            "s21 is still pending, so s22's release does not move the watermark"
         );
-        assert_eq!(standby.releases().drop_released_through("20"), 1);
+        assert_eq!(
+            standby
+                .releases()
+                .drop_released(&watermark("20", "20").unwrap()),
+            1
+        );
         assert_eq!(
             key_set(standby.releases().keys_with_deletions()),
-            key_set([key("b"), key("c")])
+            key_set([key("s21"), key("s22")])
         );
-        assert_eq!(standby.releases().drop_released_through("unknown"), 0);
-        let b = leader.releases().gone(&key("b")).remove(0);
-        leader.releases().released(&key("b"), &b);
-        assert_eq!(leader.releases().release_watermark().as_deref(), Some("22"));
-        assert_eq!(standby.releases().drop_released_through("22"), 2);
+        assert_eq!(
+            standby
+                .releases()
+                .drop_released(&watermark("unknown", "22").unwrap()),
+            0
+        );
+        release(&leader, "s21");
+        assert_eq!(leader.releases().release_watermark(), watermark("20", "22"));
+        assert_eq!(
+            standby
+                .releases()
+                .drop_released(&watermark("20", "22").unwrap()),
+            2
+        );
         assert!(standby.is_empty());
+    }
+
+    #[test]
+    fn a_leader_says_nothing_of_deletions_from_before_its_watch_began() {
+        let standby = memory();
+        standby.releases().list_started();
+        // Deleted while the old leader led: the new one starts after.
+        delete_on(&[&standby], 10..12);
+        let leader = memory();
+        leader.releases().list_started();
+        delete_on(&[&leader, &standby], 20..22);
+        release(&leader, "s20");
+        release(&leader, "s21");
+        let w = leader.releases().release_watermark();
+        assert_eq!(w, watermark("20", "21"));
+        assert_eq!(standby.releases().drop_released(&w.unwrap()), 2);
+        assert_eq!(
+            key_set(standby.releases().keys_with_deletions()),
+            key_set([key("s10"), key("s11")]),
+            "what the leader never saw stays with the standby"
+        );
+        // A new list (the watch was down): what came before it is no longer vouched for.
+        leader.releases().list_started();
+        assert_eq!(leader.releases().release_watermark(), None);
+        delete_on(&[&leader, &standby], 30..31);
+        release(&leader, "s30");
+        assert_eq!(leader.releases().release_watermark(), watermark("30", "30"));
+    }
+
+    #[test]
+    fn a_successor_takes_on_what_its_predecessor_had_still_to_release() {
+        let old = memory();
+        old.releases().list_started();
+        delete_on(&[&old], 1..6);
+        release(&old, "s2");
+        let handed = old.releases().to_hand_over(3);
+        let names: Vec<&str> = handed.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["s1", "s3", "s4"],
+            "the oldest first, no more than asked"
+        );
+        // As the lease carries it.
+        let json = serde_json::to_string(&old.releases().to_hand_over(10)).unwrap();
+        let read: Vec<HandedOver> = serde_json::from_str(&json).unwrap();
+        let new = memory();
+        delete_on(&[&new], 5..6);
+        assert_eq!(
+            new.releases().take_over(read.clone()),
+            3,
+            "s5 it saw itself"
+        );
+        assert_eq!(new.releases().take_over(read), 0, "each incarnation once");
+        assert_eq!(
+            key_set(new.releases().keys_with_deletions()),
+            key_set([key("s1"), key("s3"), key("s4"), key("s5")])
+        );
+        let gone = new.releases().gone(&key("s3"));
+        assert_eq!(gone[0].uid.as_deref(), Some("u3"));
+        // Taken on, it holds the new leader's watermark back like any pending release.
+        new.releases().list_started();
+        delete_on(&[&new], 7..8);
+        release(&new, "s7");
+        assert_eq!(new.releases().release_watermark(), None);
     }
 
     #[test]

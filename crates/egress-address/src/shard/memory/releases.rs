@@ -74,45 +74,134 @@ impl Releases<'_> {
         inner.tidy(key);
     }
 
-    /// The DELETED event up to which every deletion this instance saw has been released: the
-    /// leader publishes it so standbys can let go of those deletions. `None` before any.
-    pub fn release_watermark(&self) -> Option<String> {
+    /// Notes that the shard watch begins a full list: a deletion before it may have gone unseen
+    /// (a shard made and deleted while the watch was down), so this instance's watermark speaks
+    /// only of deletions after it.
+    pub fn list_started(&self) {
+        let mut inner = self.0.lock();
+        inner.list_began = inner.seq;
+    }
+
+    /// What the leader publishes so standbys can let go of deletions: the DELETED events `from`
+    /// (the first since the shard watch last began a list) `through` the newest before the oldest
+    /// deletion still to release. `None` before any, or while the oldest pending one comes first.
+    pub fn release_watermark(&self) -> Option<Watermark> {
         let inner = self.0.lock();
         let oldest_pending = inner
             .records
             .values()
             .flat_map(|r| r.more().gone.iter().map(|g| g.seq))
             .min();
-        inner
+        let mut seen = inner
             .deletions
             .iter()
-            .rev()
-            .find(|(seq, _)| oldest_pending.is_none_or(|p| *seq < p))
-            .map(|(_, rv)| rv.clone())
+            .filter(|(seq, _)| *seq > inner.list_began);
+        let (_, from) = seen.clone().next()?;
+        let (_, through) = seen.rfind(|(seq, _)| oldest_pending.is_none_or(|p| *seq < p))?;
+        Some(Watermark {
+            from: from.clone(),
+            through: through.clone(),
+        })
     }
 
-    /// Drops every deletion this instance saw up to and including the DELETED event `through`,
-    /// which the leader reports released. A watermark this instance never saw drops nothing.
-    pub fn drop_released_through(&self, through: &str) -> usize {
+    /// Drops every deletion this instance saw from the DELETED event `w.from` through `w.through`,
+    /// which the leader reports released. Outside that span the leader may not have seen a
+    /// deletion at all (one before its watch began), so nothing there is dropped; and a span whose
+    /// ends this instance never saw drops nothing.
+    pub fn drop_released(&self, w: &Watermark) -> usize {
         let mut inner = self.0.lock();
-        let Some(&upto) = inner.deletion_seq.get(through) else {
+        let (Some(&from), Some(&upto)) = (
+            inner.deletion_seq.get(&w.from),
+            inner.deletion_seq.get(&w.through),
+        ) else {
             return 0;
         };
+        let released = |g: &Gone| (from..=upto).contains(&g.seq);
         let mut dropped = 0;
         let keys: Vec<ShardKey> = inner
             .records
             .iter()
-            .filter(|(_, r)| r.more().gone.iter().any(|g| g.seq <= upto))
+            .filter(|(_, r)| r.more().gone.iter().any(released))
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
             if let Some(more) = inner.records.get_mut(&key).and_then(|r| r.more.as_mut()) {
                 let before = more.gone.len();
-                more.gone.retain(|g| g.seq > upto);
+                more.gone.retain(|g| !released(g));
                 dropped += before - more.gone.len();
             }
             inner.tidy(&key);
         }
         dropped
     }
+
+    /// The deletions still to release, oldest first, at most `limit` of them, for a leader to
+    /// hand over to whoever leads next.
+    pub fn to_hand_over(&self, limit: usize) -> Vec<HandedOver> {
+        let inner = self.0.lock();
+        let mut pending: Vec<(&ShardKey, &Gone)> = inner
+            .records
+            .iter()
+            .flat_map(|(k, r)| r.more().gone.iter().map(move |g| (k, g)))
+            .collect();
+        pending.sort_by_key(|(_, g)| g.seq);
+        pending
+            .into_iter()
+            .take(limit)
+            .map(|(k, g)| HandedOver {
+                namespace: k.namespace.to_string(),
+                name: k.name.to_string(),
+                uid: g.uid.clone(),
+                claim_ref: g.claim_ref.clone(),
+            })
+            .collect()
+    }
+
+    /// Takes on the deletions a former leader handed over and had not released (it may have
+    /// died before it could): each incarnation already remembered is kept once. Returns how many
+    /// were new.
+    pub fn take_over(&self, handed: Vec<HandedOver>) -> usize {
+        let mut inner = self.0.lock();
+        let mut taken = 0;
+        for h in handed {
+            let key = ShardKey::new(h.namespace, h.name);
+            inner.seq += 1;
+            let gone = Gone {
+                uid: h.uid,
+                claim_ref: h.claim_ref,
+                seq: inner.seq,
+            };
+            let more = inner.records.entry(key).or_default().more_mut();
+            let known = more
+                .gone
+                .iter()
+                .any(|g| g.uid == gone.uid && (g.uid.is_some() || g.claim_ref == gone.claim_ref));
+            if !known {
+                more.gone.push(gone);
+                taken += 1;
+            }
+        }
+        taken
+    }
+}
+
+/// A leader's word that every deletion it saw from the DELETED event `from` through the DELETED
+/// event `through` (resourceVersions) is released, and that it saw every deletion in between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watermark {
+    pub from: String,
+    pub through: String,
+}
+
+/// A deleted incarnation whose claim is still to release, as one leader hands it to the next
+/// (in the lease): a successor that started after the delete never saw it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandedOver {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_ref: Option<AddressClaimRef>,
 }
