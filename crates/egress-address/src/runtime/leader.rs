@@ -37,7 +37,7 @@ use crate::config::settings::write_params;
 use crate::kube_status::{forbidden_message, is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::reconcile::WriteGate;
-use crate::shard::{HandedOver, ShardMemory, Watermark};
+use crate::shard::{Gone, HandedOver, ShardKey, ShardMemory, Watermark};
 
 /// What the elector was doing when the cell forbade it (a `/ready` reason names it).
 const LEASING: &str = "reading and renewing the leader Lease";
@@ -335,6 +335,7 @@ impl Elector {
             .clone()
             .unwrap_or_default();
         let mut next = current.clone();
+        let mut taken = Vec::new();
         let next_spec = next.spec.get_or_insert_with(LeaseSpec::default);
         if holder == self.identity {
             next_spec.renew_time = Some(now);
@@ -355,9 +356,8 @@ impl Elector {
             if !holder.is_empty() && first_seen.elapsed() < held_for {
                 return Ok(false);
             }
-            // Taken on before the write: a takeover whose answer is lost still holds the lease,
-            // and a successor that did not win keeps them as any standby keeps a deletion.
-            self.take_over_releases(&current);
+            // Taken on before the write: a takeover whose answer is lost may hold the lease.
+            taken = self.take_over_releases(&current);
             next_spec.holder_identity = Some(self.identity.clone());
             next_spec.acquire_time = Some(now.clone());
             next_spec.renew_time = Some(now);
@@ -370,7 +370,11 @@ impl Elector {
                 self.held = Some(written);
                 Ok(true)
             }
-            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) if is_conflict(&e) => {
+                // The winner took the same on.
+                self.memory.releases().give_back(taken);
+                Ok(false)
+            }
             Err(e) => Err(self.lease_error(e)),
         }
     }
@@ -400,26 +404,28 @@ impl Elector {
         }
     }
 
-    /// Takes on the releases the lease's former holder handed over.
-    fn take_over_releases(&self, lease: &Lease) {
+    /// Takes on the releases the lease's former holder handed over; returns the ones new here.
+    fn take_over_releases(&self, lease: &Lease) -> Vec<(ShardKey, Gone)> {
         let Some(json) = lease
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_RELEASES_PENDING))
         else {
-            return;
+            return Vec::new();
         };
         match serde_json::from_str::<Vec<HandedOver>>(json) {
             Ok(handed) => {
                 let offered = handed.len();
                 let taken = self.memory.releases().take_over(handed);
-                if taken > 0 {
-                    info!(lease = %self.config.lease_name, offered, taken, "took on the releases the former leader had still to make");
+                if !taken.is_empty() {
+                    info!(lease = %self.config.lease_name, offered, taken = taken.len(), "took on the releases the former leader had still to make");
                 }
+                taken
             }
             Err(err) => {
-                warn!(lease = %self.config.lease_name, annotation = ANNOTATION_RELEASES_PENDING, %err, "the former leader's pending releases are unreadable; they are left to the orphan sweep")
+                warn!(lease = %self.config.lease_name, annotation = ANNOTATION_RELEASES_PENDING, %err, "the former leader's pending releases are unreadable; they are left to the orphan sweep");
+                Vec::new()
             }
         }
     }

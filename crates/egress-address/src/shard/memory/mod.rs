@@ -492,12 +492,19 @@ mod tests {
         let read: Vec<HandedOver> = serde_json::from_str(&json).unwrap();
         let new = memory();
         delete_on(&[&new], 5..6);
-        assert_eq!(
-            new.releases().take_over(read.clone()),
-            3,
-            "s5 it saw itself"
+        let taken = new.releases().take_over(read.clone());
+        assert_eq!(taken.len(), 3, "s5 it saw itself");
+        assert!(
+            new.releases().take_over(read.clone()).is_empty(),
+            "each incarnation once"
         );
-        assert_eq!(new.releases().take_over(read), 0, "each incarnation once");
+        // Lost the lease to another: what was taken on goes, what it saw itself stays.
+        new.releases().give_back(taken);
+        assert_eq!(
+            key_set(new.releases().keys_with_deletions()),
+            key_set([key("s5")])
+        );
+        new.releases().take_over(read);
         assert_eq!(
             key_set(new.releases().keys_with_deletions()),
             key_set([key("s1"), key("s3"), key("s4"), key("s5")])

@@ -158,11 +158,11 @@ impl Releases<'_> {
     }
 
     /// Takes on the deletions a former leader handed over and had not released (it may have
-    /// died before it could): each incarnation already remembered is kept once. Returns how many
-    /// were new.
-    pub fn take_over(&self, handed: Vec<HandedOver>) -> usize {
+    /// died before it could): each incarnation already remembered is kept once. Returns the
+    /// ones that were new, for [`Releases::give_back`].
+    pub fn take_over(&self, handed: Vec<HandedOver>) -> Vec<(ShardKey, Gone)> {
         let mut inner = self.0.lock();
-        let mut taken = 0;
+        let mut taken = Vec::new();
         for h in handed {
             let key = ShardKey::new(h.namespace, h.name);
             inner.seq += 1;
@@ -171,17 +171,25 @@ impl Releases<'_> {
                 claim_ref: h.claim_ref,
                 seq: inner.seq,
             };
-            let more = inner.records.entry(key).or_default().more_mut();
+            let more = inner.records.entry(key.clone()).or_default().more_mut();
             let known = more
                 .gone
                 .iter()
                 .any(|g| g.uid == gone.uid && (g.uid.is_some() || g.claim_ref == gone.claim_ref));
             if !known {
-                more.gone.push(gone);
-                taken += 1;
+                more.gone.push(gone.clone());
+                taken.push((key, gone));
             }
         }
         taken
+    }
+
+    /// Forgets what [`Releases::take_over`] took on: another instance won the lease and took
+    /// the same.
+    pub fn give_back(&self, taken: Vec<(ShardKey, Gone)>) {
+        for (key, gone) in taken {
+            self.released(&key, &gone);
+        }
     }
 }
 
