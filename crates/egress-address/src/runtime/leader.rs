@@ -383,10 +383,9 @@ impl Elector {
     /// release, for its successor. What it has nothing to say about is removed, so a former
     /// leader's word is not passed on as this one's.
     fn stamp_releases(&self, lease: &mut Lease) {
-        let releases = self.memory.releases();
-        let handed = releases.to_hand_over(HANDOVER_LIMIT);
+        let (watermark, handed) = self.memory.releases().for_lease(HANDOVER_LIMIT);
         let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        match releases.release_watermark() {
+        match watermark {
             Some(w) => {
                 annotations.insert(ANNOTATION_RELEASED_FROM.to_string(), w.from);
                 annotations.insert(ANNOTATION_RELEASED_THROUGH.to_string(), w.through);

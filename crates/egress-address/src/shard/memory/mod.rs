@@ -408,15 +408,15 @@ mod tests {
         }
         delete_on(&[&leader, &standby], 20..23);
         assert_eq!(
-            leader.releases().release_watermark(),
+            leader.releases().for_lease(0).0,
             None,
             "nothing released yet"
         );
         release(&leader, "s20");
-        assert_eq!(leader.releases().release_watermark(), watermark("20", "20"));
+        assert_eq!(leader.releases().for_lease(0).0, watermark("20", "20"));
         release(&leader, "s22");
         assert_eq!(
-            leader.releases().release_watermark(),
+            leader.releases().for_lease(0).0,
             watermark("20", "20"),
             "s21 is still pending, so s22's release does not move the watermark"
         );
@@ -437,7 +437,7 @@ mod tests {
             0
         );
         release(&leader, "s21");
-        assert_eq!(leader.releases().release_watermark(), watermark("20", "22"));
+        assert_eq!(leader.releases().for_lease(0).0, watermark("20", "22"));
         assert_eq!(
             standby
                 .releases()
@@ -458,7 +458,7 @@ mod tests {
         delete_on(&[&leader, &standby], 20..22);
         release(&leader, "s20");
         release(&leader, "s21");
-        let w = leader.releases().release_watermark();
+        let w = leader.releases().for_lease(0).0;
         assert_eq!(w, watermark("20", "21"));
         assert_eq!(standby.releases().drop_released(&w.unwrap()), 2);
         assert_eq!(
@@ -468,10 +468,10 @@ mod tests {
         );
         // A new list (the watch was down): what came before it is no longer vouched for.
         leader.releases().list_started();
-        assert_eq!(leader.releases().release_watermark(), None);
+        assert_eq!(leader.releases().for_lease(0).0, None);
         delete_on(&[&leader, &standby], 30..31);
         release(&leader, "s30");
-        assert_eq!(leader.releases().release_watermark(), watermark("30", "30"));
+        assert_eq!(leader.releases().for_lease(0).0, watermark("30", "30"));
     }
 
     #[test]
@@ -480,7 +480,7 @@ mod tests {
         old.releases().list_started();
         delete_on(&[&old], 1..6);
         release(&old, "s2");
-        let handed = old.releases().to_hand_over(3);
+        let (_, handed) = old.releases().for_lease(3);
         let names: Vec<&str> = handed.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(
             names,
@@ -488,7 +488,7 @@ mod tests {
             "the oldest first, no more than asked"
         );
         // As the lease carries it.
-        let json = serde_json::to_string(&old.releases().to_hand_over(10)).unwrap();
+        let json = serde_json::to_string(&old.releases().for_lease(10).1).unwrap();
         let read: Vec<HandedOver> = serde_json::from_str(&json).unwrap();
         let new = memory();
         delete_on(&[&new], 5..6);
@@ -515,7 +515,7 @@ mod tests {
         new.releases().list_started();
         delete_on(&[&new], 7..8);
         release(&new, "s7");
-        assert_eq!(new.releases().release_watermark(), None);
+        assert_eq!(new.releases().for_lease(0).0, None);
     }
 
     #[test]

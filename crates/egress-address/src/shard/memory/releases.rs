@@ -82,26 +82,42 @@ impl Releases<'_> {
         inner.list_began = inner.seq;
     }
 
-    /// What the leader publishes so standbys can let go of deletions: the DELETED events `from`
-    /// (the first since the shard watch last began a list) `through` the newest before the oldest
-    /// deletion still to release. `None` before any, or while the oldest pending one comes first.
-    pub fn release_watermark(&self) -> Option<Watermark> {
+    /// What a leader's lease says of releases, in one pass over the memory: the watermark, so
+    /// standbys can let go of deletions (the DELETED events from the first since the shard watch
+    /// last began a list through the newest before the oldest deletion still to release; `None`
+    /// before any, or while the oldest pending one comes first), and the deletions still to
+    /// release, oldest first, at most `limit`, for whoever leads next.
+    pub fn for_lease(&self, limit: usize) -> (Option<Watermark>, Vec<HandedOver>) {
         let inner = self.0.lock();
-        let oldest_pending = inner
+        let mut pending: Vec<(&ShardKey, &Gone)> = inner
             .records
-            .values()
-            .flat_map(|r| r.more().gone.iter().map(|g| g.seq))
-            .min();
+            .iter()
+            .flat_map(|(k, r)| r.more().gone.iter().map(move |g| (k, g)))
+            .collect();
+        pending.sort_by_key(|(_, g)| g.seq);
+        let oldest_pending = pending.first().map(|(_, g)| g.seq);
         let mut seen = inner
             .deletions
             .iter()
             .filter(|(seq, _)| *seq > inner.list_began);
-        let (_, from) = seen.clone().next()?;
-        let (_, through) = seen.rfind(|(seq, _)| oldest_pending.is_none_or(|p| *seq < p))?;
-        Some(Watermark {
-            from: from.clone(),
-            through: through.clone(),
-        })
+        let watermark = seen.clone().next().and_then(|(_, from)| {
+            let (_, through) = seen.rfind(|(seq, _)| oldest_pending.is_none_or(|p| *seq < p))?;
+            Some(Watermark {
+                from: from.clone(),
+                through: through.clone(),
+            })
+        });
+        let handed = pending
+            .into_iter()
+            .take(limit)
+            .map(|(k, g)| HandedOver {
+                namespace: k.namespace.to_string(),
+                name: k.name.to_string(),
+                uid: g.uid.clone(),
+                claim_ref: g.claim_ref.clone(),
+            })
+            .collect();
+        (watermark, handed)
     }
 
     /// Drops every deletion this instance saw from the DELETED event `w.from` through `w.through`,
@@ -133,28 +149,6 @@ impl Releases<'_> {
             inner.tidy(&key);
         }
         dropped
-    }
-
-    /// The deletions still to release, oldest first, at most `limit` of them, for a leader to
-    /// hand over to whoever leads next.
-    pub fn to_hand_over(&self, limit: usize) -> Vec<HandedOver> {
-        let inner = self.0.lock();
-        let mut pending: Vec<(&ShardKey, &Gone)> = inner
-            .records
-            .iter()
-            .flat_map(|(k, r)| r.more().gone.iter().map(move |g| (k, g)))
-            .collect();
-        pending.sort_by_key(|(_, g)| g.seq);
-        pending
-            .into_iter()
-            .take(limit)
-            .map(|(k, g)| HandedOver {
-                namespace: k.namespace.to_string(),
-                name: k.name.to_string(),
-                uid: g.uid.clone(),
-                claim_ref: g.claim_ref.clone(),
-            })
-            .collect()
     }
 
     /// Takes on the deletions a former leader handed over and had not released (it may have
