@@ -33,6 +33,8 @@ pub const RECLAIM_RETAIN: &str = "Retain";
 pub const CLAIM_PHASE_PENDING: &str = "Pending";
 pub const CLAIM_PHASE_BOUND: &str = "Bound";
 pub const CLAIM_PHASE_RELEASING: &str = "Releasing";
+/// The phase of an allocation that holds its address.
+pub const ALLOCATION_PHASE_READY: &str = "Ready";
 /// A claim for a block inside a pool (as opposed to the range of a pool itself).
 pub const TARGET_BLOCK: &str = "Block";
 pub const TARGET_SCOPE_RANGE: &str = "ScopeRange";

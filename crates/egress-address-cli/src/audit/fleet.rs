@@ -8,9 +8,13 @@
 
 use std::net::Ipv6Addr;
 
+use egress_address::ipam::naming::{
+    ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
+    CLAIM_NAME_PREFIX,
+};
 use egress_address::ipam::orphans::{Marks, Standing, marks, standing};
 use egress_address::ipam::spec::SCOPE_ROLE_LOCATION;
-use egress_api::ipam::IPClaim;
+use egress_api::ipam::{CLAIM_PHASE_RELEASING, IPClaim};
 use kube::ResourceExt;
 
 use super::verdict::{Finding, Holder, ShardRef, ShardView, Verdict};
@@ -63,9 +67,18 @@ pub fn judge_claims(
                 namespace,
                 name,
                 uid,
+                ..
             } => (cell.as_str(), namespace, name, Some(uid.clone())),
             Marks::Legacy { namespace, name } => ("", namespace, name, None),
-            Marks::Foreign => continue,
+            Marks::Foreign => {
+                if let Some(finding) = untold(claim, scope) {
+                    judged.push(Judged {
+                        finding,
+                        orphan: None,
+                    });
+                }
+                continue;
+            }
         };
         // Claims of other locations are other audits': even one marked with an audited cell
         // (two cells given one identity by mistake would otherwise free each other's).
@@ -169,8 +182,24 @@ pub fn judge_claims(
                 .find(|s| s.cell == cell && s.namespace == ns && s.name == n)
                 .map(|s| s.uid.clone())
         };
-        if standing(&marked, cell, live) != Standing::Orphan {
+        let orphaned = standing(&marked, cell, live) == Standing::Orphan;
+        if is_releasing(claim) && !orphaned {
+            finding.verdict = Verdict::Releasing;
+            finding.detail = format!(
+                "IPAM is releasing the claim of a live shard incarnation (phase Releasing, still holding {:?}): its second step has not finished; the shard keeps its written address",
+                cidr_of(claim)
+            );
+            judged.push(Judged {
+                finding,
+                orphan: None,
+            });
             continue;
+        }
+        if !orphaned {
+            continue;
+        }
+        if is_releasing(claim) {
+            finding.verdict = Verdict::Releasing;
         }
         let blocked = carried(cell);
         finding.detail = format!(
@@ -192,6 +221,60 @@ pub fn judge_claims(
         });
     }
     judged
+}
+
+/// Whether IPAM has begun releasing the claim (Milo writes phase `Releasing` before it frees the
+/// address, and leaves it there while that step keeps failing).
+fn is_releasing(claim: &IPClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase == CLAIM_PHASE_RELEASING)
+}
+
+/// A claim in scope that looks like a shard's (it names a shard, or carries a cell's claim name)
+/// but whose incarnation its name and annotations do not tell: never released automatically, so
+/// it is named for an operator to look at.
+fn untold(claim: &IPClaim, scope: &Scope<'_>) -> Option<Finding> {
+    let a = claim.annotations();
+    let names_a_shard = a.contains_key(ANNOTATION_SHARD_NAME);
+    let looks_ours = claim
+        .name_any()
+        .starts_with(&format!("{CLAIM_NAME_PREFIX}."));
+    if !(names_a_shard || looks_ours) || location(claim) != Some(scope.location) {
+        return None;
+    }
+    let namespace = a
+        .get(ANNOTATION_SHARD_NAMESPACE)
+        .cloned()
+        .unwrap_or_default();
+    if scope
+        .shard_namespace
+        .is_some_and(|ns| !namespace.is_empty() && ns != namespace)
+    {
+        return None;
+    }
+    Some(Finding {
+        cell: a.get(ANNOTATION_CELL).cloned().unwrap_or_default(),
+        namespace,
+        name: a.get(ANNOTATION_SHARD_NAME).cloned().unwrap_or_default(),
+        shard_uid: a.get(ANNOTATION_SHARD_UID).cloned(),
+        address: address_of(claim).map(|a| a.to_string()).unwrap_or_default(),
+        holder: Some(Holder {
+            kind: "IPClaim".into(),
+            project: scope.project.to_string(),
+            namespace: scope.namespace.to_string(),
+            name: claim.name_any(),
+        }),
+        record_cidr: Some(cidr_of(claim)),
+        verdict: Verdict::UntoldIncarnation,
+        detail: format!(
+            "its name and annotations do not tell which shard incarnation it was made for (marked by hand, or by another tool); it still holds {:?} and is never released automatically: delete it by hand once you know whose it is",
+            cidr_of(claim)
+        ),
+        shared_with: vec![],
+        release: None,
+    })
 }
 
 fn location(claim: &IPClaim) -> Option<&str> {

@@ -7,8 +7,8 @@
 //! `--orphaned-claims` it also lists the claims in the platform project (a verb the controller's
 //! grant does not have) and reports those whose shard is gone, those of cells not given, and
 //! those of the Go controller ([`fleet`]). With `--release-orphaned-claims` it releases the
-//! orphans it found, each after a live read of its shard and with the claim's UID as the
-//! DELETE's precondition; a dry run unless `--yes`.
+//! orphans it found through the controller's one release path (whose the claim is from its name
+//! and annotations, a live read of its shard, then the DELETE by name); a dry run unless `--yes`.
 //!
 //! Like `kubectl diff`, it exits 0 when everything is consistent, 1 when it found problems, and 2
 //! when it could not run (see [`ExitStatus`]).
@@ -25,8 +25,8 @@ use anyhow::{Context, Result, bail};
 use egress_address::Metrics;
 use egress_address::ipam::Ipam;
 use egress_address::ipam::breaker::Breaker;
-use egress_address::ipam::orphans::{
-    Freed, confirm_orphan, delete_exactly, live_shard_uid, release_orphan,
+use egress_address::ipam::release::{
+    Decision, Freed, LiveShard, Vouch, judge as judge_release, live_shard, release, whose,
 };
 use egress_api::ipam::IPClaim;
 use egress_api::shard::EgressShard;
@@ -396,17 +396,15 @@ fn left(reason: String) -> Release {
     }
 }
 
-fn released(freed: Freed, claim: &IPClaim) -> Release {
+fn released(freed: Freed) -> Release {
     match freed {
         Freed::Released => Release {
             action: ReleaseAction::Released,
-            reason: format!(
-                "deleted (precondition: uid {}); IPAM frees its address",
-                claim.uid().unwrap_or_default()
-            ),
+            reason: "deleted by name (the name is its incarnation's alone); IPAM frees its address"
+                .into(),
         },
         Freed::Held => left(
-            "the shard incarnation it was made for lives (made after the claims were listed)"
+            "the shard incarnation it was made for lives, or a live shard records it (read just now)"
                 .into(),
         ),
         Freed::AlreadyGone => left("already gone (released by someone else meanwhile)".into()),
@@ -424,7 +422,38 @@ fn would_release() -> Release {
     }
 }
 
-/// A claim of an audited cell: its shard read live in that cell, then the conditional delete.
+/// Releases `claim` through the controller's release path, or in a dry run only judges it: whose
+/// it is (`vouch` for a Go controller's claim), then `read` for its shard, read live now.
+async fn release_through<R, Fut>(
+    claim: &IPClaim,
+    cell: &str,
+    vouch: Vouch<'_>,
+    read: R,
+    ipam: &Ipam,
+    mode: ReleaseMode,
+) -> Release
+where
+    R: FnOnce(String, String) -> Fut,
+    Fut: Future<Output = Result<Option<LiveShard>, kube::Error>>,
+{
+    let whose = match whose(claim, cell, vouch) {
+        Ok(w) => w,
+        Err(why) => return left(format!("never released automatically: {why}")),
+    };
+    if !mode.delete {
+        return match judge_release(claim, &whose, read).await {
+            Ok(Decision::Gone) => would_release(),
+            Ok(_) => released(Freed::Held),
+            Err(e) => left(e.to_string()),
+        };
+    }
+    match release(ipam, claim, &whose, read, || true).await {
+        Ok(freed) => released(freed),
+        Err(e) => left(e.to_string()),
+    }
+}
+
+/// A claim of an audited cell: its shard read live in that cell.
 async fn release_marked(
     claim: &IPClaim,
     cell: &AuditedCell,
@@ -432,60 +461,28 @@ async fn release_marked(
     mode: ReleaseMode,
 ) -> Release {
     let read = |ns: String, name: String| async move {
-        live_shard_uid(&cell.client, &ns, &name, REQUEST_TIMEOUT).await
+        live_shard(&cell.client, &ns, &name, REQUEST_TIMEOUT).await
     };
-    if !mode.delete {
-        return match confirm_orphan(claim, &cell.id, read).await {
-            Ok(true) => would_release(),
-            Ok(false) => released(Freed::Held, claim),
-            Err(e) => left(e.to_string()),
-        };
-    }
-    match release_orphan(ipam, claim, &cell.id, read, || true).await {
-        Ok(freed) => released(freed, claim),
-        Err(e) => left(e.to_string()),
-    }
+    release_through(claim, &cell.id, Vouch::None, read, ipam, mode).await
 }
 
 /// A claim of the Go controller: no shard of its namespace/name may live in any audited cell,
-/// read live, then the conditional delete.
+/// each read live.
 async fn release_legacy(
     claim: &IPClaim,
     cells: &[AuditedCell],
     ipam: &Ipam,
     mode: ReleaseMode,
 ) -> Release {
-    let annotations = claim.annotations();
-    let (Some(namespace), Some(name)) = (
-        annotations.get(ANNOTATION_SHARD_NAMESPACE),
-        annotations.get(ANNOTATION_SHARD_NAME),
-    ) else {
-        return left("it names no shard".into());
-    };
-    for cell in cells {
-        match live_shard_uid(&cell.client, namespace, name, REQUEST_TIMEOUT).await {
-            Ok(None) => {}
-            Ok(Some(_)) => {
-                return left(format!(
-                    "a shard {namespace}/{name} lives in cell {} (read just now)",
-                    cell.id
-                ));
-            }
-            Err(e) => {
-                return left(format!(
-                    "reading egress shard {namespace}/{name} in cell {} live (nothing was released): {e}",
-                    cell.id
-                ));
+    let read = |ns: String, name: String| async move {
+        for cell in cells {
+            if let Some(live) = live_shard(&cell.client, &ns, &name, REQUEST_TIMEOUT).await? {
+                return Ok(Some(live));
             }
         }
-    }
-    if !mode.delete {
-        return would_release();
-    }
-    match delete_exactly(ipam, claim).await {
-        Ok(freed) => released(freed, claim),
-        Err(e) => left(e.to_string()),
-    }
+        Ok(None)
+    };
+    release_through(claim, "", Vouch::LegacyByOperator, read, ipam, mode).await
 }
 
 /// What a release run did, in one line.

@@ -161,6 +161,12 @@ pub enum Verdict {
     /// A claim of a cell that was not given (`--cell-kubeconfig`): whether its shard lives is not
     /// known here, so it is never called an orphan.
     CellNotAudited,
+    /// A claim IPAM has begun releasing and not finished (phase `Releasing`: its second step
+    /// failed); it still holds its address.
+    Releasing,
+    /// A claim marked for a shard whose incarnation its name and annotations do not tell: never
+    /// released automatically.
+    UntoldIncarnation,
 }
 
 impl Verdict {
@@ -175,6 +181,8 @@ impl Verdict {
                 | Verdict::Unknown
                 | Verdict::OrphanedClaim
                 | Verdict::OrphanedLegacyClaim
+                | Verdict::Releasing
+                | Verdict::UntoldIncarnation
         )
     }
 
@@ -192,6 +200,8 @@ impl Verdict {
             Verdict::OrphanedLegacyClaim => "orphaned-legacy-claim",
             Verdict::LegacyClaim => "legacy-claim",
             Verdict::CellNotAudited => "cell-not-audited",
+            Verdict::Releasing => "releasing",
+            Verdict::UntoldIncarnation => "untold-incarnation",
         }
     }
 }

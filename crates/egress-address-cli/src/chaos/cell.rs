@@ -295,7 +295,7 @@ impl Cell {
             .object(
                 &claims_key(),
                 Some(CLAIM_NAMESPACE),
-                &claim_name(&self.id, NAMESPACE, name),
+                &claim_name(&self.id, NAMESPACE, name, uid),
             )
             .is_some_and(|c| claim_of(&c, uid))
     }
@@ -303,7 +303,7 @@ impl Cell {
     /// Waits (at most `within`) until IPAM holds the claim of shard `name`'s incarnation `uid`,
     /// waking at the write that lands it; whether it did.
     pub async fn claim_lands(&self, name: &str, uid: &str, within: Duration) -> bool {
-        let (claim, uid) = (claim_name(&self.id, NAMESPACE, name), uid.to_string());
+        let (claim, uid) = (claim_name(&self.id, NAMESPACE, name, uid), uid.to_string());
         let mut tally = self
             .platform
             .tally(&claims_key(), Some(CLAIM_NAMESPACE), move |c| {

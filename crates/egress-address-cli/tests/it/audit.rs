@@ -169,7 +169,8 @@ async fn orphaned_claims_are_reported_on_request() {
     let cell = world.lp().cell();
     cell.ensure_namespace(NS);
     let cell_id = world.lp().cell_uid();
-    let claim_of = |name: &str| egress_address::ipam::naming::claim_name(&cell_id, NS, name);
+    let claim_of =
+        |name: &str, uid: &str| egress_address::ipam::naming::claim_name(&cell_id, NS, name, uid);
     let placeholder = cell.apply_object(shard("kept", "", None)).unwrap();
     let kept_uid = placeholder["metadata"]["uid"].as_str().unwrap().to_string();
     let kept = controller_claim(&world, &cell_id, "kept", &kept_uid, "dfw").await;
@@ -181,7 +182,7 @@ async fn orphaned_claims_are_reported_on_request() {
     cell.apply_object(shard(
         "kept",
         kept.trim_end_matches("/128"),
-        Some(("IPClaim", &claim_of("kept"))),
+        Some(("IPClaim", &claim_of("kept", &kept_uid))),
     ))
     .unwrap();
 
@@ -215,7 +216,10 @@ async fn orphaned_claims_are_reported_on_request() {
         .collect();
     assert_eq!(orphans.len(), 1, "{stdout}");
     assert_eq!(orphans[0]["name"], "gone");
-    assert_eq!(orphans[0]["holder"]["name"], json!(claim_of("gone")));
+    assert_eq!(
+        orphans[0]["holder"]["name"],
+        json!(claim_of("gone", "uid-of-a-deleted-shard"))
+    );
     assert_eq!(orphans[0]["recordCidr"], json!(gone));
     assert!(
         findings

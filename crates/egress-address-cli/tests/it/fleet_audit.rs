@@ -168,17 +168,20 @@ async fn orphans_of_controllers_killed_while_shards_are_deleted_are_found_and_re
         for name in ["w-0", "w-1"] {
             let uid = cell.shard(name).await.metadata.uid.unwrap();
             cell.delete_shard(name).await;
-            deleted.insert((id.clone(), name.to_string(), uid));
+            deleted.insert((id.clone(), name.to_string(), uid.clone()));
             orphan_claims
                 .entry(id.clone())
                 .or_default()
-                .push(claim_name(id, &ns, name));
+                .push(claim_name(id, &ns, name, &uid));
         }
     }
-    let live_claims: Vec<String> = [&id_a, &id_b]
-        .iter()
-        .flat_map(|id| ["w-2", "w-3"].map(|n| claim_name(id, &ns, n)))
-        .collect();
+    let mut live_claims: Vec<String> = vec![];
+    for (cell, id) in [(&a, &id_a), (&b, &id_b)] {
+        for n in ["w-2", "w-3"] {
+            let uid = cell.shard(n).await.metadata.uid.unwrap();
+            live_claims.push(claim_name(id, &ns, n, &uid));
+        }
+    }
 
     // The fleet: every orphan, with its cell and its shard's UID; the live shards consistent.
     let all = findings(&audit(&a, &[&a, &b], &["--orphaned-claims"]).await, 1);
@@ -298,7 +301,7 @@ async fn a_duplicate_written_by_hand_across_cells_names_both_shards() {
         s["spec"]["shardAddressIPv6"] = json!(address);
         s["spec"]["shardAddressIPv6ClaimRef"] = json!({"apiGroup": "ipam.miloapis.com",
             "kind": "IPClaim", "project": PLATFORM_PROJECT, "namespace": CLAIM_NAMESPACE,
-            "name": claim_name(&id_a, &ns, "w-1")});
+            "name": claim_name(&id_a, &ns, "w-1", &uid_of(&w1))});
         s
     };
     a.lp().cell().apply_object(addressed("w-1")).unwrap();

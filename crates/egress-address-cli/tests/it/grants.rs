@@ -177,8 +177,20 @@ async fn scenario(grants: &Grants, sweep: bool, stop: impl Fn(&Outcome) -> bool)
     let running = world.lp();
     let platform = running.project(PROJECT).unwrap();
     let cell_id = running.cell_uid();
-    let claim_name =
-        |shard: &str| egress_address::ipam::naming::claim_name(&cell_id, SHARD_NS, shard);
+    let mut uids = std::collections::BTreeMap::new();
+    for name in ["s-new", "s-gone", "s-adopt", "s-collide"] {
+        let made = running
+            .cell()
+            .apply_object(shard_object(SHARD_NS, name))
+            .unwrap();
+        uids.insert(name, made["metadata"]["uid"].as_str().unwrap().to_string());
+    }
+    let claim_name = |shard: &str| {
+        let uid = uids
+            .get(shard)
+            .map_or("uid-of-a-shard-deleted-unseen", |u| u.as_str());
+        egress_address::ipam::naming::claim_name(&cell_id, SHARD_NS, shard, uid)
+    };
     // An address an earlier claim of the same name retained: the controller must adopt it.
     let adopt_claim = claim_name("s-adopt");
     let earlier = serde_json::from_value(ipam_claim(&adopt_claim, "s-adopt", "Retain")).unwrap();
@@ -208,12 +220,6 @@ async fn scenario(grants: &Grants, sweep: bool, stop: impl Fn(&Outcome) -> bool)
             });
         platform
             .apply_object(serde_json::to_value(claim).unwrap())
-            .unwrap();
-    }
-    for name in ["s-new", "s-gone", "s-adopt", "s-collide"] {
-        running
-            .cell()
-            .apply_object(shard_object(SHARD_NS, name))
             .unwrap();
     }
     world.reset_counters();

@@ -2,18 +2,24 @@
 //! may be taken.
 //!
 //! A new shard costs one request: IPAM binds synchronously, so the create response already
-//! carries the address. A create refused because the name is taken is followed by one read of
-//! the claim, and the annotations decide: the claim this incarnation made (its answer was lost)
-//! is used; a claim of an earlier incarnation of the shard is released, exactly that object, and
-//! a fresh one made; a claim of another cell or shard is refused and never touched. A create whose
-//! answer was lost (the connection cut, no answer in time) is read the same way, since it may
-//! have been applied; one that never left (refused, no such host, an untrusted certificate) is
-//! not.
+//! carries the address. The claim's name is this incarnation's alone (see [`super::naming`]), so
+//! a create refused because the name is taken is followed by one read of the claim, and the
+//! annotations decide: the claim this incarnation made (its answer was lost) is used once it is
+//! Bound; a claim of another cell or shard (a name made by hand, a hash collision) is refused and
+//! never touched. A create whose answer was lost (the connection cut, no answer in time) is read
+//! the same way, since it may have been applied; one that never left (refused, no such host, an
+//! untrusted certificate) is not.
+//!
+//! Only a Bound claim gives an address: a claim Releasing (Milo writes that phase before it frees
+//! the address, and leaves it there while the second step fails) is waited for, never used.
 
-use tracing::{debug, info};
+use egress_api::ipam::{
+    ALLOCATION_PHASE_READY, CLAIM_PHASE_BOUND as PHASE_BOUND, CLAIM_PHASE_RELEASING,
+};
+use tracing::debug;
 
 use super::address::{UnusableError, from_allocated_cidr};
-use super::client::{Deleted, Ipam, is_circuit_open};
+use super::client::{Ipam, is_circuit_open};
 use super::holding::{HolderKind, Holding};
 use super::naming::{Owner, owner};
 use super::reasons::{IpamReason, classify};
@@ -37,22 +43,6 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
-    /// An earlier incarnation's claim holds the name and could not be released.
-    #[error(
-        "release the egress address claim {claim:?} of an earlier shard of this name: {source}"
-    )]
-    ReleaseEarlier {
-        claim: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// The claim of the name was made for another incarnation of this shard, and that one is the
-    /// shard alive now: the object this pass decided from has been deleted and replaced since
-    /// (another writer claimed for the new one). Retried once the cache shows the live shard.
-    #[error(
-        "the IPClaim {claim:?} is held by the live shard of this name (uid {uid}); this pass read an earlier one"
-    )]
-    Superseded { claim: String, uid: String },
     /// IPAM named a retained allocation that could not be read.
     #[error("read the retained allocation {allocation:?}: {source}")]
     ReadAllocation {
@@ -63,6 +53,12 @@ pub enum ClaimError {
     /// The holder exists but IPAM has not allocated yet; resolves on its own.
     #[error("the address service has allocated nothing for claim {name:?} yet (phase {phase:?})")]
     Unbound { name: String, phase: String },
+    /// The claim is being released (phase `Releasing`, or a deletionTimestamp): its address is
+    /// on its way out and is never used; resolves once the claim is gone.
+    #[error(
+        "the address service is releasing claim {name:?} (phase {phase:?}); its address is not used, and a new claim follows once it is gone"
+    )]
+    Releasing { name: String, phase: String },
     /// IPAM answered with something no egress shard may carry.
     #[error("{source}")]
     Unusable {
@@ -93,7 +89,7 @@ pub enum ClaimFailure {
 impl ClaimError {
     pub fn failure(&self) -> ClaimFailure {
         match self {
-            ClaimError::Unbound { .. } => ClaimFailure::Pending,
+            ClaimError::Unbound { .. } | ClaimError::Releasing { .. } => ClaimFailure::Pending,
             ClaimError::Unusable { .. } | ClaimError::Foreign { .. } => ClaimFailure::Refused,
             ClaimError::Create {
                 reason: IpamReason::Refused(_),
@@ -108,12 +104,11 @@ impl ClaimError {
         match self {
             ClaimError::Create { reason, .. } => reason.label(),
             ClaimError::Read { .. } => "ClaimUnreadable",
-            ClaimError::ReleaseEarlier { .. } => "EarlierClaimUnreleased",
             ClaimError::ReadAllocation { .. } => "AllocationUnreadable",
             ClaimError::Unbound { .. } => "Unbound",
+            ClaimError::Releasing { .. } => "Releasing",
             ClaimError::Unusable { .. } => "Unusable",
             ClaimError::Foreign { .. } => "NameCollision",
-            ClaimError::Superseded { .. } => "Superseded",
         }
     }
 
@@ -122,124 +117,66 @@ impl ClaimError {
         match self {
             ClaimError::Create { source, .. }
             | ClaimError::Read { source, .. }
-            | ClaimError::ReleaseEarlier { source, .. }
             | ClaimError::ReadAllocation { source, .. } => Some(source),
             _ => None,
         }
     }
 }
 
-/// Claims an address for one incarnation of a shard and returns what holds it. A claim of the
-/// name made for another incarnation is released only when `lives` (asked with that
-/// incarnation's UID, after the claim was read) says no shard of that UID exists: the caller
-/// reads the cell, which this module does not.
-pub async fn claim<F, Fut>(
-    ipam: &Ipam,
-    req: &ClaimRequest<'_>,
-    lives: F,
-) -> Result<Holding, ClaimError>
-where
-    F: Fn(String) -> Fut,
-    Fut: Future<Output = Result<bool, kube::Error>>,
-{
+/// Claims an address for one incarnation of a shard and returns what holds it.
+pub async fn claim(ipam: &Ipam, req: &ClaimRequest<'_>) -> Result<Holding, ClaimError> {
     let name = req.name();
-    let desired = desired_claim(req);
-    // At most twice: a second create only follows the release of an earlier incarnation's claim.
-    let mut released_earlier = false;
-    loop {
-        let create_err = match ipam.create_claim(&desired).await {
-            Ok(created) => return claim_holding(req, &name, &created),
-            Err(e) => e,
-        };
-        let reason = classify(&create_err);
-        if let IpamReason::AllocationRetained(allocation) = reason {
-            return adopt(ipam, req, allocation).await;
-        }
-        let worth_a_read = if answered(&create_err) {
-            reason.name_may_be_taken()
-        } else {
-            may_have_been_applied(&create_err)
-        };
-        if !worth_a_read || released_earlier {
+    let create_err = match ipam.create_claim(&desired_claim(req)).await {
+        Ok(created) => return claim_holding(req, &name, &created),
+        Err(e) => e,
+    };
+    let reason = classify(&create_err);
+    if let IpamReason::AllocationRetained(allocation) = reason {
+        return adopt(ipam, req, allocation).await;
+    }
+    let worth_a_read = if answered(&create_err) {
+        reason.name_may_be_taken()
+    } else {
+        may_have_been_applied(&create_err)
+    };
+    if !worth_a_read {
+        return Err(ClaimError::Create {
+            reason,
+            source: create_err,
+        });
+    }
+    debug!(claim = %name, %create_err, "the name may be taken; reading the claim");
+    let existing = match ipam.get_claim(req.claim_namespace, &name).await {
+        Ok(existing) => existing,
+        // Gone between the create and the read (or the create never landed): the next attempt
+        // creates it.
+        Err(e) if is_not_found(&e) => {
             return Err(ClaimError::Create {
                 reason,
                 source: create_err,
             });
         }
-        debug!(claim = %name, %create_err, "the name may be taken; reading the claim");
-        let existing = match ipam.get_claim(req.claim_namespace, &name).await {
-            Ok(existing) => existing,
-            // Gone between the create and the read: the next attempt creates it.
-            Err(e) if is_not_found(&e) => {
-                return Err(ClaimError::Create {
-                    reason,
-                    source: create_err,
-                });
-            }
-            Err(source) => {
-                return Err(ClaimError::Read {
-                    claim: name,
-                    source,
-                });
-            }
-        };
-        match owner(&existing, &req.incarnation()) {
-            Owner::This => return claim_holding(req, &name, &existing),
-            Owner::OtherIncarnation { uid } => {
-                // Another incarnation of this cell's shard made the claim. Which one is gone is
-                // known only from the cell: usually the claim's (the shard was deleted and
-                // created again), but a pass that decided from an out-of-date object may be the
-                // gone one, and the claim the live shard's.
-                match lives(uid.clone()).await {
-                    Ok(false) => {}
-                    Ok(true) => return Err(ClaimError::Superseded { claim: name, uid }),
-                    Err(source) => {
-                        return Err(ClaimError::Read {
-                            claim: name,
-                            source,
-                        });
-                    }
-                }
-                // The claim's incarnation is gone; its claim is released, and only that object
-                // (the UID precondition), so a newer claim of the name can never be the one freed.
-                let claim_uid = existing.metadata.uid.clone().unwrap_or_default();
-                match ipam
-                    .delete_claim(req.claim_namespace, &name, &claim_uid)
-                    .await
-                {
-                    Ok(Deleted::Deleted | Deleted::AlreadyGone | Deleted::Replaced) => {
-                        info!(claim = %name, earlierShardUid = %uid, "released the claim of an earlier shard of this name");
-                    }
-                    Err(source) => {
-                        return Err(ClaimError::ReleaseEarlier {
-                            claim: name,
-                            source,
-                        });
-                    }
-                }
-                released_earlier = true;
-            }
-            Owner::OtherCell { cell } => {
-                return Err(ClaimError::Foreign {
-                    claim: name,
-                    holder: format!("a shard of cell {cell:?}"),
-                });
-            }
-            Owner::Unmarked => {
-                return Err(ClaimError::Foreign {
-                    claim: name,
-                    holder: "a shard of this name by a controller that did not record its cell"
-                        .to_string(),
-                });
-            }
-            Owner::OtherShard { holder } => {
-                return Err(ClaimError::Foreign {
-                    claim: name,
-                    holder: format!("shard {holder}"),
-                });
-            }
+        Err(source) => {
+            return Err(ClaimError::Read {
+                claim: name,
+                source,
+            });
         }
-    }
+    };
+    let holder = match owner(&existing, &req.incarnation()) {
+        Owner::This => return claim_holding(req, &name, &existing),
+        // Two incarnations deriving one name: only a hash collision does that.
+        Owner::OtherIncarnation { uid } => format!("another incarnation of this shard (uid {uid})"),
+        Owner::OtherCell { cell } => format!("a shard of cell {cell:?}"),
+        Owner::Unmarked => {
+            "a shard of this name by a controller that did not record its cell".to_string()
+        }
+        Owner::OtherShard { holder } => format!("shard {holder}"),
+    };
+    Err(ClaimError::Foreign {
+        claim: name,
+        holder,
+    })
 }
 
 /// Whether a create that got no answer may still have been applied: the request left (the
@@ -253,12 +190,33 @@ fn may_have_been_applied(err: &kube::Error) -> bool {
         )
 }
 
+/// The address of a claim this incarnation made, once IPAM has bound it: phase `Bound`, no
+/// deletionTimestamp, marked for this cell and incarnation (the create's answer is checked as
+/// strictly as a claim read back, since a server may answer with anything).
 fn claim_holding(
     req: &ClaimRequest<'_>,
     name: &str,
     claim: &egress_api::ipam::IPClaim,
 ) -> Result<Holding, ClaimError> {
+    if owner(claim, &req.incarnation()) != Owner::This {
+        return Err(ClaimError::Foreign {
+            claim: name.to_string(),
+            holder: "nobody this controller marks (the answer lost the claim's marks)".to_string(),
+        });
+    }
     let status = claim.status.clone().unwrap_or_default();
+    if claim.metadata.deletion_timestamp.is_some() || status.phase == CLAIM_PHASE_RELEASING {
+        return Err(ClaimError::Releasing {
+            name: name.to_string(),
+            phase: status.phase,
+        });
+    }
+    if status.phase != PHASE_BOUND {
+        return Err(ClaimError::Unbound {
+            name: name.to_string(),
+            phase: status.phase,
+        });
+    }
     holding_from(
         HolderKind::IPClaim,
         req.claim_namespace,
@@ -281,6 +239,12 @@ async fn adopt(
             source,
         })?;
     let status = found.status.unwrap_or_default();
+    if status.phase != ALLOCATION_PHASE_READY {
+        return Err(ClaimError::Unbound {
+            name: allocation,
+            phase: status.phase,
+        });
+    }
     holding_from(
         HolderKind::IPAllocation,
         req.claim_namespace,
@@ -329,6 +293,55 @@ mod tests {
             "the address service has allocated nothing for claim \"c\" yet (phase \"Pending\")"
         );
         assert_eq!(err.failure(), ClaimFailure::Pending);
+    }
+
+    fn request() -> ClaimRequest<'static> {
+        ClaimRequest {
+            class_name: "class",
+            claim_namespace: "default",
+            location: "dfw",
+            cell: "cell-a",
+            shard_namespace: "ns",
+            shard_name: "s",
+            shard_uid: "u1",
+        }
+    }
+
+    fn answered_claim(phase: &str) -> egress_api::ipam::IPClaim {
+        let mut claim = desired_claim(&request());
+        claim.status = Some(egress_api::ipam::IPClaimStatus {
+            phase: phase.to_string(),
+            allocated_cidr: "2607:ed40::5/128".to_string(),
+            ..Default::default()
+        });
+        claim
+    }
+
+    #[test]
+    fn only_a_bound_claim_of_this_incarnation_gives_an_address() {
+        let req = request();
+        let name = req.name();
+        let bound = claim_holding(&req, &name, &answered_claim("Bound")).unwrap();
+        assert_eq!(bound.address.to_string(), "2607:ed40::5");
+        for phase in ["Releasing", "Pending", "Error", ""] {
+            let err = claim_holding(&req, &name, &answered_claim(phase)).unwrap_err();
+            assert_eq!(err.failure(), ClaimFailure::Pending, "{phase}: {err}");
+        }
+        let mut deleting = answered_claim("Bound");
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        let err = claim_holding(&req, &name, &deleting).unwrap_err();
+        assert_eq!(err.outcome(), "Releasing", "{err}");
+        let err = claim_holding(&req, &name, &answered_claim("Releasing")).unwrap_err();
+        assert_eq!(err.outcome(), "Releasing", "{err}");
+        let mut other = answered_claim("Bound");
+        other.metadata.annotations.as_mut().unwrap().insert(
+            super::super::naming::ANNOTATION_SHARD_UID.to_string(),
+            "u2".to_string(),
+        );
+        let err = claim_holding(&req, &name, &other).unwrap_err();
+        assert_eq!(err.failure(), ClaimFailure::Refused, "{err}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::breaker::{Admit, Breaker};
+use super::reasons::{Refusal, refusal};
 use crate::config::settings::write_params;
 use crate::connect::Error;
 use crate::connect::connection::{self, Endpoint, Follower, MAX_IPAM_ANSWER, RequestObserver};
@@ -140,6 +141,11 @@ impl Health {
     fn of<T>(res: &Result<T, kube::Error>) -> Health {
         match res {
             Ok(_) => Health::Up,
+            Err(kube::Error::Api(s)) if refusal(s).is_some() => match refusal(s) {
+                Some(Refusal::Credential) => Health::CredentialRefused,
+                // Quota and a missing namespace are IPAM answering, and accepting the credential.
+                _ => Health::Up,
+            },
             Err(e) if is_unauthorized(e) => Health::CredentialRefused,
             Err(kube::Error::Api(s)) if s.code >= 500 => Health::Unreachable("server-error"),
             Err(kube::Error::Api(s)) if s.code == 429 => Health::Unreachable("throttled"),
@@ -191,6 +197,11 @@ impl Ipam {
         }
     }
 
+    /// Where every request is counted.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// The circuit breaker every request passes.
     pub fn breaker(&self) -> &Breaker {
         &self.breaker
@@ -227,6 +238,11 @@ impl Ipam {
             Ok(_) => ok_code,
             Err(e) => status_code(e),
         };
+        if let Err(kube::Error::Api(s)) = &res
+            && let Some(refused) = refusal(s)
+        {
+            self.metrics.ipam_refusal(refused.label());
+        }
         let health = Health::of(&res);
         self.breaker.record(health == Health::Up);
         if let Health::Unreachable(cause) = health {
@@ -353,6 +369,27 @@ mod tests {
         assert_eq!(Health::of(&api(409)), Health::Up);
         assert_eq!(Health::of(&api(401)), Health::CredentialRefused);
         assert_eq!(Health::of(&api(403)), Health::CredentialRefused);
+        let forbidden = |message: &str| -> Result<(), kube::Error> {
+            Err(kube::Error::Api(Box::new(kube::core::Status {
+                code: 403,
+                reason: "Forbidden".into(),
+                message: message.into(),
+                ..Default::default()
+            })))
+        };
+        assert_eq!(
+            Health::of(&forbidden(
+                "ipclaims.ipam.miloapis.com \"c\" is forbidden: Insufficient quota resources available."
+            )),
+            Health::Up,
+            "a quota refusal is IPAM answering: it opens no breaker"
+        );
+        assert_eq!(
+            Health::of(&forbidden(
+                "ipclaims.ipam.miloapis.com is forbidden: namespace default does not exist: an address bound into it would have nothing to collect it"
+            )),
+            Health::Up
+        );
         assert_eq!(Health::of(&api(503)), Health::Unreachable("server-error"));
         assert_eq!(Health::of(&api(429)), Health::Unreachable("throttled"));
         assert_eq!(

@@ -1,6 +1,6 @@
 //! Milo IPAM, as this controller uses it: the client ([`client`]), the claim it asks for
-//! ([`spec`]) and how it is named and owned ([`naming`]), the claim path ([`claim`]), claims whose
-//! shard is gone for good and their release ([`orphans`]), what holds
+//! ([`spec`]) and how it is named and owned ([`naming`]), the claim path ([`claim`]), the one
+//! release path ([`release`]), claims whose shard is gone for good ([`orphans`]), what holds
 //! an address ([`holding`]), which answers are usable addresses ([`address`]), what a refusal
 //! means ([`reasons`]), and how an outage is kept from becoming a retry storm ([`breaker`]).
 
@@ -12,6 +12,7 @@ pub mod holding;
 pub mod naming;
 pub mod orphans;
 pub mod reasons;
+pub mod release;
 pub mod spec;
 
 pub use client::{

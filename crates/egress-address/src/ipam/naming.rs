@@ -1,10 +1,18 @@
 //! How a shard's claim is named and marked, and whose a claim found in IPAM is.
 //!
-//! Claims are named after the cell and the shard (`egress-shard-ipv6.<cell>.<namespace>.<name>`),
-//! so two cells serving one location never derive one name, and a replacement controller finds a
-//! shard's claim again with one GET. The name alone proves nothing: the annotations say which
-//! cell and which incarnation (UID) of the shard a claim was made for, and only that incarnation
-//! ever uses or releases it.
+//! A claim is named after the cell, the shard's incarnation and the shard
+//! (`egress-shard-ipv6.<cell tag>.<incarnation tag>.<namespace>.<name>`): two cells serving one
+//! location never derive one name, a replacement controller finds an incarnation's claim again
+//! with one GET, and two incarnations of one shard never share a name. That last part is what
+//! makes a release safe against Milo, whose claim DELETE reads no preconditions and removes
+//! whatever claim holds the name when it lands: a DELETE sent for one incarnation can only ever
+//! remove that incarnation's claim, however late it lands and whoever sends it.
+//!
+//! The name alone proves nothing: the annotations say which cell and which incarnation (UID) of
+//! the shard a claim was made for, and only that incarnation ever uses or releases it. Claims
+//! named before the incarnation was in the name ([`claim_name_without_incarnation`]) and the Go
+//! controller's ([`legacy_claim_name`]) are still read, adopted by nobody new, and released;
+//! neither is ever created again.
 
 use egress_api::ipam::IPClaim;
 use kube::ResourceExt;
@@ -30,15 +38,45 @@ pub const MAX_CLAIM_NAME_LENGTH: usize = 253;
 const HASH_HEX_CHARS: usize = 16;
 /// Hex characters of the sha256 of the cell identity in a claim name.
 const CELL_HEX_CHARS: usize = 10;
+/// Hex characters of the sha256 of the shard's UID in a claim name: 64 bits, so two incarnations
+/// of one shard deriving one name is as likely as two random 64-bit numbers being equal.
+const INCARNATION_HEX_CHARS: usize = 16;
 
-/// The IPClaim name for a shard of a cell: `egress-shard-ipv6.<cell tag>.<namespace>.<name>`,
-/// where the cell tag is 10 hex characters of sha256(cell identity) (a cluster UID or an
-/// operator's name for the cell; either is longer or freer than a name segment allows).
+/// The IPClaim name for one incarnation (`uid`) of a shard of a cell:
+/// `egress-shard-ipv6.<cell tag>.<incarnation tag>.<namespace>.<name>`, where the cell tag is 10
+/// hex characters of sha256(cell identity) and the incarnation tag 16 hex characters of
+/// sha256(shard UID) (a UID is longer than it needs to be here, and may hold characters a name
+/// may not).
 ///
 /// A namespace is a DNS label and holds no dot, so the split is unambiguous. Past 253 characters
 /// the name keeps its first 236 characters and ends in `.` plus 16 hex characters of
-/// sha256(`cell/namespace/name`), so two long names sharing a prefix still differ.
-pub fn claim_name(cell: &str, shard_namespace: &str, shard_name: &str) -> String {
+/// sha256(`cell/namespace/name/uid`), so two long names sharing a prefix still differ; the cell
+/// and incarnation tags come first, so a shortened name keeps them whole.
+pub fn claim_name(cell: &str, shard_namespace: &str, shard_name: &str, uid: &str) -> String {
+    shorten(
+        format!(
+            "{}{}.{shard_namespace}.{shard_name}",
+            cell_claim_prefix(cell),
+            incarnation_tag(uid)
+        ),
+        &format!("{cell}/{shard_namespace}/{shard_name}/{uid}"),
+    )
+}
+
+/// The incarnation's tag in a claim name: 16 hex characters of sha256(shard UID).
+pub fn incarnation_tag(uid: &str) -> String {
+    hex::encode(Sha256::digest(uid.as_bytes()))[..INCARNATION_HEX_CHARS].to_string()
+}
+
+/// The name this controller gave a shard's claim before the incarnation was in the name:
+/// `egress-shard-ipv6.<cell tag>.<namespace>.<name>`. Only ever read (claims made then are kept,
+/// found and released), never created: every incarnation of a shard derives it, so a DELETE of
+/// it cannot tell them apart.
+pub fn claim_name_without_incarnation(
+    cell: &str,
+    shard_namespace: &str,
+    shard_name: &str,
+) -> String {
     shorten(
         format!("{}{shard_namespace}.{shard_name}", cell_claim_prefix(cell)),
         &format!("{cell}/{shard_namespace}/{shard_name}"),
@@ -51,20 +89,48 @@ pub fn cell_tag(cell: &str) -> String {
     hex::encode(Sha256::digest(cell.as_bytes()))[..CELL_HEX_CHARS].to_string()
 }
 
-/// What every claim name of the cell begins with, shortened or not
-/// (`egress-shard-ipv6.<cell tag>.`): how a full list finds the cell's claims made before they
-/// carried the label.
+/// What every claim name of the cell begins with, shortened or not, with the incarnation or
+/// without (`egress-shard-ipv6.<cell tag>.`): how a full list finds the cell's claims made before
+/// they carried the label.
 pub fn cell_claim_prefix(cell: &str) -> String {
     format!("{CLAIM_NAME_PREFIX}.{}.", cell_tag(cell))
 }
 
-/// The name the Go controller (and this one before claims named their cell) derived:
-/// `egress-shard-ipv6.<namespace>.<name>`. Only ever read, never created.
+/// The name the Go controller derived: `egress-shard-ipv6.<namespace>.<name>`. Only ever read,
+/// never created.
 pub fn legacy_claim_name(shard_namespace: &str, shard_name: &str) -> String {
     shorten(
         format!("{CLAIM_NAME_PREFIX}.{shard_namespace}.{shard_name}"),
         &format!("{shard_namespace}/{shard_name}"),
     )
+}
+
+/// How a claim of this cell was named: whether its name alone tells its incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// [`claim_name`]: the name is this incarnation's alone.
+    Incarnation,
+    /// [`claim_name_without_incarnation`]: made before the incarnation was in the name; every
+    /// incarnation of the shard derives it.
+    WithoutIncarnation,
+}
+
+/// How `claim` (named `name`) was named for the incarnation its annotations give, or `None` when
+/// its name is neither name they derive.
+pub fn naming_of(
+    name: &str,
+    cell: &str,
+    namespace: &str,
+    shard: &str,
+    uid: &str,
+) -> Option<Naming> {
+    if name == claim_name(cell, namespace, shard, uid) {
+        Some(Naming::Incarnation)
+    } else if name == claim_name_without_incarnation(cell, namespace, shard) {
+        Some(Naming::WithoutIncarnation)
+    } else {
+        None
+    }
 }
 
 fn shorten(base: String, identity: &str) -> String {
@@ -149,17 +215,27 @@ mod tests {
     const CELL: &str = "3f0c5a8e-1d2b-4c6f-9a7e-0b1c2d3e4f50";
 
     #[test]
-    fn names_carry_the_cell_tag() {
-        let name = claim_name(CELL, "galactic-system", "worker-8b4e1647-dfw");
+    fn names_carry_the_cell_and_the_incarnation() {
+        let name = claim_name(CELL, "galactic-system", "worker-8b4e1647-dfw", "uid-1");
         let tag = &hex::encode(Sha256::digest(CELL.as_bytes()))[..10];
+        let inc = &hex::encode(Sha256::digest(b"uid-1"))[..16];
         assert_eq!(
             name,
-            format!("egress-shard-ipv6.{tag}.galactic-system.worker-8b4e1647-dfw")
+            format!("egress-shard-ipv6.{tag}.{inc}.galactic-system.worker-8b4e1647-dfw")
         );
         assert_ne!(
-            claim_name("cell-a", "ns", "s"),
-            claim_name("cell-b", "ns", "s"),
+            claim_name("cell-a", "ns", "s", "u"),
+            claim_name("cell-b", "ns", "s", "u"),
             "two cells never derive one name"
+        );
+        assert_ne!(
+            claim_name(CELL, "ns", "s", "u1"),
+            claim_name(CELL, "ns", "s", "u2"),
+            "two incarnations of one shard never derive one name"
+        );
+        assert_eq!(
+            claim_name_without_incarnation(CELL, "galactic-system", "worker-1"),
+            format!("egress-shard-ipv6.{tag}.galactic-system.worker-1")
         );
         assert_eq!(
             legacy_claim_name("galactic-system", "worker-1"),
@@ -175,39 +251,88 @@ mod tests {
         let prefix = cell_claim_prefix(CELL);
         assert_eq!(prefix, format!("egress-shard-ipv6.{tag}."));
         for name in ["s", &"x".repeat(300)] {
-            assert!(claim_name(CELL, "ns", name).starts_with(&prefix), "{name}");
+            assert!(
+                claim_name(CELL, "ns", name, "u").starts_with(&prefix),
+                "{name}"
+            );
+            assert!(
+                claim_name_without_incarnation(CELL, "ns", name).starts_with(&prefix),
+                "{name}"
+            );
         }
         assert!(!legacy_claim_name("ns", "s").starts_with(&prefix));
     }
 
     #[test]
+    fn the_naming_is_read_back_from_the_annotations() {
+        let new = claim_name(CELL, "ns", "s", "u1");
+        let old = claim_name_without_incarnation(CELL, "ns", "s");
+        assert_eq!(
+            naming_of(&new, CELL, "ns", "s", "u1"),
+            Some(Naming::Incarnation)
+        );
+        assert_eq!(
+            naming_of(&old, CELL, "ns", "s", "u1"),
+            Some(Naming::WithoutIncarnation)
+        );
+        assert_eq!(
+            naming_of(&new, CELL, "ns", "s", "u2"),
+            None,
+            "another incarnation's name is not this one's"
+        );
+        assert_eq!(naming_of(&new, "other", "ns", "s", "u1"), None);
+    }
+
+    #[test]
     fn dashes_and_dots_do_not_collide_across_the_namespace_boundary() {
-        assert_ne!(claim_name(CELL, "a-b", "c"), claim_name(CELL, "a", "b-c"));
+        assert_ne!(
+            claim_name(CELL, "a-b", "c", "u"),
+            claim_name(CELL, "a", "b-c", "u")
+        );
     }
 
     #[test]
     fn exactly_253_characters_is_kept_whole() {
-        let fixed = claim_name(CELL, "ns", "").len();
+        let fixed = claim_name(CELL, "ns", "", "u").len();
         let name = "n".repeat(MAX_CLAIM_NAME_LENGTH - fixed);
-        let got = claim_name(CELL, "ns", &name);
+        let got = claim_name(CELL, "ns", &name, "u");
         assert_eq!(got.len(), 253);
         assert!(got.ends_with(&format!(".ns.{name}")));
     }
 
     #[test]
-    fn long_names_end_in_a_hash_of_cell_namespace_and_name() {
+    fn long_names_end_in_a_hash_of_cell_namespace_name_and_uid() {
         let name = "x".repeat(300);
-        let got = claim_name(CELL, "galactic-system", &name);
+        let got = claim_name(CELL, "galactic-system", &name, "u1");
         assert_eq!(got.len(), 253);
         let digest = hex::encode(Sha256::digest(
-            format!("{CELL}/galactic-system/{name}").as_bytes(),
+            format!("{CELL}/galactic-system/{name}/u1").as_bytes(),
         ));
         assert!(got.ends_with(&format!(".{}", &digest[..16])), "{got}");
+        assert!(
+            got.starts_with(&format!(
+                "{}{}.",
+                cell_claim_prefix(CELL),
+                incarnation_tag("u1")
+            )),
+            "a shortened name keeps both tags whole: {got}"
+        );
         let a = format!("{}a", "x".repeat(300));
         let b = format!("{}b", "x".repeat(300));
-        assert_ne!(claim_name(CELL, "ns", &a), claim_name(CELL, "ns", &b));
-        assert_ne!(claim_name("c1", "ns", &a), claim_name("c2", "ns", &a));
+        assert_ne!(
+            claim_name(CELL, "ns", &a, "u"),
+            claim_name(CELL, "ns", &b, "u")
+        );
+        assert_ne!(
+            claim_name("c1", "ns", &a, "u"),
+            claim_name("c2", "ns", &a, "u")
+        );
+        assert_ne!(
+            claim_name(CELL, "ns", &a, "u1"),
+            claim_name(CELL, "ns", &a, "u2")
+        );
         assert_eq!(legacy_claim_name("ns", &a).len(), 253);
+        assert_eq!(claim_name_without_incarnation(CELL, "ns", &a).len(), 253);
     }
 
     fn claim_with(pairs: &[(&str, &str)]) -> IPClaim {

@@ -7,6 +7,11 @@
 use egress_api::ipam::reasons;
 use kube::core::Status;
 
+/// The outcome of a claim refused by the project's quota.
+pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+/// The outcome of a claim refused because its namespace is missing or terminating.
+pub const NAMESPACE_REFUSED: &str = "NamespaceRefused";
+
 /// What an IPAM error means for the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpamReason {
@@ -51,6 +56,61 @@ impl IpamReason {
     }
 }
 
+/// What refused a request that IPAM answered 401 or 403.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The credential, or what it is granted: nothing IPAM is asked will work until an operator
+    /// fixes it.
+    Credential,
+    /// The project's quota (Milo's quota admission): the next claim may pass once a release
+    /// frees quota, and releases must go on.
+    Quota,
+    /// The claim namespace does not exist or is being terminated (IPAM's namespace check on
+    /// create).
+    Namespace,
+}
+
+impl Refusal {
+    /// The label of `egress_address_ipam_refusals_total` and of a claim's outcome.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Credential => "credential",
+            Refusal::Quota => "quota",
+            Refusal::Namespace => "namespace",
+        }
+    }
+}
+
+/// Tells a 401/403 apart by what the Status says (reason, message, causes); `None` for anything
+/// else. A 401 is always the credential. Milo's quota admission answers `... is forbidden:
+/// Insufficient quota resources available...` (a cause `QuotaExceeded` in its documented form,
+/// `exceeded quota` in Kubernetes' own); IPAM's namespace check, `unable to create new content in
+/// namespace ...` or `namespace ... does not exist`. Anything else forbidden is the credential or
+/// its grant (RBAC's `cannot create resource`, a class the grant may not use).
+pub fn refusal(status: &Status) -> Option<Refusal> {
+    let forbidden = status.code == 403 || (status.code == 0 && status.reason == "Forbidden");
+    if status.code == 401 || (status.code == 0 && status.reason == "Unauthorized") {
+        return Some(Refusal::Credential);
+    }
+    if !forbidden {
+        return None;
+    }
+    let message = status.message.to_ascii_lowercase();
+    let quota_cause = status
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.reason == "QuotaExceeded"));
+    if quota_cause || message.contains("insufficient quota") || message.contains("exceeded quota") {
+        return Some(Refusal::Quota);
+    }
+    let namespace = message.contains("unable to create new content in namespace")
+        || (message.contains(" namespace ") && message.contains("does not exist"));
+    if namespace {
+        return Some(Refusal::Namespace);
+    }
+    Some(Refusal::Credential)
+}
+
 /// Classifies any kube error; only `Error::Api` carries a reason.
 pub fn classify(err: &kube::Error) -> IpamReason {
     match err {
@@ -88,6 +148,11 @@ pub fn classify_status(status: &Status) -> IpamReason {
     // IPAM versions older than the cause taxonomy still answer exhaustion with 507.
     if status.code == 507 {
         return IpamReason::Refused(reasons::EXHAUSTED);
+    }
+    match refusal(status) {
+        Some(Refusal::Quota) => return IpamReason::Refused(QUOTA_EXCEEDED),
+        Some(Refusal::Namespace) => return IpamReason::Refused(NAMESPACE_REFUSED),
+        Some(Refusal::Credential) | None => {}
     }
     match (status.reason.as_str(), status.code) {
         ("NotFound", _) | (_, 404) => IpamReason::NotFound,
@@ -206,6 +271,62 @@ mod tests {
             IpamReason::AlreadyExists
         );
         assert_eq!(classify(&wire(r#"{"code":503}"#)), IpamReason::Unknown);
+    }
+
+    #[test]
+    fn a_403_is_told_apart_by_what_refused_it() {
+        let quota = wire(
+            r#"{"status":"Failure","reason":"Forbidden","code":403,
+            "message":"ipclaims.ipam.miloapis.com \"c\" is forbidden: Insufficient quota resources available. Review your quota usage and reach out to support if you need additional resources.",
+            "details":{"name":"c","group":"ipam.miloapis.com","kind":"ipclaims"}}"#,
+        );
+        assert_eq!(classify(&quota), IpamReason::Refused("QuotaExceeded"));
+        let documented = wire(
+            r#"{"status":"Failure","reason":"Forbidden","code":403,"message":"m",
+            "details":{"causes":[{"reason":"QuotaExceeded","message":"quota exceeded"}]}}"#,
+        );
+        assert_eq!(classify(&documented), IpamReason::Refused("QuotaExceeded"));
+        for message in [
+            "ipclaims.ipam.miloapis.com is forbidden: unable to create new content in namespace default because it is being terminated: an address bound into a terminating namespace would outlive everything that could release it",
+            "ipclaims.ipam.miloapis.com is forbidden: namespace default does not exist: an address bound into it would have nothing to collect it",
+        ] {
+            let err = wire(&format!(
+                r#"{{"status":"Failure","reason":"Forbidden","code":403,"message":{}}}"#,
+                serde_json::to_string(message).unwrap()
+            ));
+            assert_eq!(
+                classify(&err),
+                IpamReason::Refused("NamespaceRefused"),
+                "{message}"
+            );
+        }
+        let rbac = wire(
+            r#"{"status":"Failure","reason":"Forbidden","code":403,
+            "message":"ipclaims.ipam.miloapis.com is forbidden: User \"u\" cannot create resource \"ipclaims\" in API group \"ipam.miloapis.com\" in the namespace \"default\""}"#,
+        );
+        assert_eq!(classify(&rbac), IpamReason::Unauthorized);
+        let kube::Error::Api(s) = &rbac else {
+            unreachable!()
+        };
+        assert_eq!(refusal(s), Some(Refusal::Credential));
+        let kube::Error::Api(s) = &quota else {
+            unreachable!()
+        };
+        assert_eq!(refusal(s), Some(Refusal::Quota));
+        assert_eq!(
+            refusal(&Status {
+                code: 401,
+                ..Default::default()
+            }),
+            Some(Refusal::Credential)
+        );
+        assert_eq!(
+            refusal(&Status {
+                code: 409,
+                ..Default::default()
+            }),
+            None
+        );
     }
 
     #[test]

@@ -32,9 +32,14 @@ pub struct ClaimRequest<'a> {
 }
 
 impl ClaimRequest<'_> {
-    /// The claim's name.
+    /// The claim's name: this incarnation's alone.
     pub fn name(&self) -> String {
-        claim_name(self.cell, self.shard_namespace, self.shard_name)
+        claim_name(
+            self.cell,
+            self.shard_namespace,
+            self.shard_name,
+            self.shard_uid,
+        )
     }
 
     /// The incarnation the claim is for.
@@ -124,7 +129,7 @@ mod tests {
                 "apiVersion": "ipam.miloapis.com/v1alpha1",
                 "kind": "IPClaim",
                 "metadata": {
-                    "name": claim_name("cell-a", "galactic-system", "worker-1"),
+                    "name": claim_name("cell-a", "galactic-system", "worker-1", "7d1e4b0a-uid"),
                     "namespace": "default",
                     "labels": {"cloud.datumapis.com/egress-cell-tag": cell_tag("cell-a")},
                     "annotations": {

@@ -104,6 +104,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     verb: String,
     resource: String,
@@ -334,6 +339,8 @@ pub struct Metrics {
     watch_expired: Counter,
     orphaned_claims_released: Counter,
     orphan_sweep_failures: Counter,
+    claim_releases: Family<OutcomeLabels, Counter>,
+    ipam_refusals: Family<RefusalLabels, Counter>,
     ipam_up: Gauge,
     cell_up: Gauge,
     transport_errors: Family<TransportLabels, Counter>,
@@ -416,6 +423,16 @@ impl Metrics {
             m.orphan_sweep_failures.clone(),
         );
         r.register(
+            "claim_releases",
+            "Claim releases by outcome (released, held, already_gone, replaced; or why not: releasing (IPAM left the claim Releasing, a 500), delete, read_shard, not_leader, not_ours)",
+            m.claim_releases.clone(),
+        );
+        r.register(
+            "ipam_refusals",
+            "IPAM answers of 401 or 403, by what refused: credential (the credential or its grant), quota (the project's quota), namespace (the claim namespace missing or terminating)",
+            m.ipam_refusals.clone(),
+        );
+        r.register(
             "ipam_up",
             "1 while IPAM's latest answer accepted the credential, 0 while it is unreachable or refuses it",
             m.ipam_up.clone(),
@@ -473,6 +490,8 @@ impl Metrics {
             watch_expired: Counter::default(),
             orphaned_claims_released: Counter::default(),
             orphan_sweep_failures: Counter::default(),
+            claim_releases: Family::default(),
+            ipam_refusals: Family::default(),
             ipam_up: Gauge::default(),
             cell_up: Gauge::default(),
             transport_errors: Family::default(),
@@ -603,6 +622,24 @@ impl Metrics {
 
     pub fn orphaned_claim_released(&self) {
         self.orphaned_claims_released.inc();
+    }
+
+    /// One 401/403 from IPAM, by what refused it.
+    pub fn ipam_refusal(&self, reason: &'static str) {
+        self.ipam_refusals
+            .get_or_create(&RefusalLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// One release through the release path, by outcome.
+    pub fn claim_release(&self, outcome: &'static str) {
+        self.claim_releases
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     pub fn orphan_sweep_failed(&self) {

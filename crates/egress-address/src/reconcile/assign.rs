@@ -38,8 +38,7 @@ pub(super) async fn claim_and_assign(
         shard_name: &key.name,
         shard_uid: uid,
     };
-    let lives = |uid: String| async move { ctx.incarnation_lives(key, &uid).await };
-    let holding = match claim(&ctx.ipam, &req, lives).await {
+    let holding = match claim(&ctx.ipam, &req).await {
         Ok(holding) => holding,
         Err(err) => return claim_failed(ctx, key, shard, err, notes),
     };

@@ -119,16 +119,6 @@ impl Context {
         self.timed(self.cell.request_text(req)).await.map(drop)
     }
 
-    /// Whether the API server has the shard of `key` now as the incarnation `uid`. Asked after a
-    /// claim for `uid` was read, "no" means that incarnation is gone for good (UIDs are never
-    /// reused), so its claim may be freed.
-    async fn incarnation_lives(&self, key: &ShardKey, uid: &str) -> Result<bool, kube::Error> {
-        let live = self
-            .timed(self.shards(&key.namespace).get_opt(&key.name))
-            .await?;
-        Ok(live.is_some_and(|s| s.metadata.uid.as_deref() == Some(uid)))
-    }
-
     /// The shard as the API server has it now, or `None` when it does not exist.
     async fn read_live(&self, key: &ShardKey) -> Result<Option<EgressShard>, Error> {
         match self.timed(self.shards(&key.namespace).get(&key.name)).await {

@@ -1,26 +1,26 @@
-//! Releasing the claims of a shard's incarnations that are really gone, and only theirs.
+//! Releasing the claims of a shard's incarnations that are really gone, and only theirs, through
+//! the one release path ([`crate::ipam::release`]).
 //!
-//! Three guards, each enough to keep a live shard's claim: the incarnation is confirmed gone
-//! against the API server (never the cache alone; a claim whose incarnation the release did not
-//! know was gone has that incarnation confirmed gone after the claim is read); the claim is read
-//! and its annotations must name this cell and that incarnation (or, for a claim made before
-//! claims were marked, be the exact claim the deleted shard recorded); and the DELETE carries the
-//! claim's UID as a precondition, so a delete that lands late cannot remove a newer claim of the
-//! same name.
-//!
-//! One pass reads the shard once and each candidate claim once: the live read is made by the
-//! caller and handed in, and a name both recorded and derived is read once.
+//! Which claims: for each deleted incarnation, the claim its ref recorded and the one this cell
+//! derives for it (a claim made but never written onto the shard), and, when no shard of the name
+//! exists at all, the name claims had before they carried the incarnation. Each is read once; its
+//! name and annotations say whose it is, and the release path decides from a read of the shard
+//! that this incarnation is gone before it deletes the claim by name. The pass's own live read
+//! stands in for that read when the claim's incarnation is one the pass already knew was deleted:
+//! the read showed another UID or none, and UIDs are never reused, so that incarnation is gone for
+//! good whenever the read was made. Any other claim gets a fresh read.
 
 use egress_api::ipam::IPClaim;
 use egress_api::shard::EgressShard;
-use kube::ResourceExt;
 use tracing::{debug, info};
 
 use super::Context;
 use crate::Error;
-use crate::ipam::client::Deleted;
-use crate::ipam::holding::HolderKind;
-use crate::ipam::naming::{ANNOTATION_SHARD_UID, Incarnation, Owner, claim_name, owner};
+use crate::ipam::naming::{claim_name, claim_name_without_incarnation};
+use crate::ipam::release::{
+    Freed, LiveShard, ReleaseError, Vouch, live_shard, recorded_claim, release as release_claim,
+    whose,
+};
 use crate::kube_status::is_not_found;
 use crate::shard::{Gone, ShardKey};
 
@@ -35,8 +35,8 @@ pub(super) struct LiveRead<'a> {
 }
 
 /// Releases what the deleted incarnations in `gone` held (those `live` does not show alive), and,
-/// when no shard of the name exists, this cell's claim of any incarnation of it. Each released
-/// incarnation is then dropped from memory.
+/// when no shard of the name exists, this cell's claim of the name made before claims carried the
+/// incarnation. Each released incarnation is then dropped from memory.
 pub(super) async fn release(
     ctx: &Context,
     key: &ShardKey,
@@ -51,8 +51,8 @@ pub(super) async fn release(
         debug!(shard = %key, "the shard the cache lost still exists; nothing of it is released");
     }
     if !dead.is_empty() || live.none_of_the_name {
-        for name in candidates(ctx, key, &dead) {
-            release_claim(ctx, key, &name, &dead, live.none_of_the_name).await?;
+        for name in candidates(ctx, key, &dead, live.none_of_the_name) {
+            release_one(ctx, key, &name, &dead, live).await?;
         }
     }
     for g in gone {
@@ -72,84 +72,54 @@ fn still_there(gone: &Gone, live: Option<&EgressShard>) -> bool {
 }
 
 /// The claims that may be the gone incarnations': each one's recorded claim (the Go
-/// controller's name, or ours), then the one this cell derives (a claim made but never written
-/// onto the shard); each name once.
-fn candidates(ctx: &Context, key: &ShardKey, dead: &[&Gone]) -> Vec<String> {
+/// controller's name, or ours), then the one this cell derives for it; and when no incarnation is
+/// known, the name without the incarnation (claims made before it was in the name). Each name
+/// once.
+fn candidates(
+    ctx: &Context,
+    key: &ShardKey,
+    dead: &[&Gone],
+    none_of_the_name: bool,
+) -> Vec<String> {
+    let s = &ctx.settings;
     let mut names: Vec<String> = dead
         .iter()
-        .filter_map(|g| recorded(ctx, g))
+        .filter_map(|g| {
+            recorded_claim(
+                g.claim_ref.as_ref(),
+                &s.platform_project,
+                &s.claim_namespace,
+            )
+        })
         .map(str::to_string)
         .collect();
-    names.push(claim_name(&ctx.cell_id, &key.namespace, &key.name));
+    for g in dead {
+        if let Some(uid) = &g.uid {
+            names.push(claim_name(&ctx.cell_id, &key.namespace, &key.name, uid));
+        }
+    }
+    // Only when nothing names an incarnation: a deletion known by name alone, or a pass for a
+    // name with no shard and nothing remembered. A deleted incarnation addressed before the
+    // incarnation was in the name recorded that name in its ref; one never addressed left its
+    // claim to the orphan sweep. So a release costs one claim read, as before.
+    if (none_of_the_name && dead.is_empty()) || dead.iter().any(|g| g.uid.is_none()) {
+        names.push(claim_name_without_incarnation(
+            &ctx.cell_id,
+            &key.namespace,
+            &key.name,
+        ));
+    }
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.clone()));
     names
 }
 
-/// The claim a deleted incarnation recorded in its ref, if it is an IPClaim where this
-/// controller claims.
-fn recorded<'g>(ctx: &Context, gone: &'g Gone) -> Option<&'g str> {
-    let s = &ctx.settings;
-    gone.claim_ref
-        .as_ref()
-        .filter(|r| {
-            r.kind == HolderKind::IPClaim.as_str()
-                && r.project == s.platform_project
-                && r.namespace == s.claim_namespace
-        })
-        .map(|r| r.name.as_str())
-}
-
-/// Whose the claim of this name is, among what may be released.
-enum Verdict {
-    /// A dead incarnation's, known to be gone before the claim was read.
-    Gone,
-    /// An incarnation of this cell's shard that must be confirmed gone now that the claim is read.
-    ConfirmFirst,
-    /// Someone else's.
-    Keep(Owner),
-}
-
-fn judge(
-    ctx: &Context,
-    key: &ShardKey,
-    name: &str,
-    claim: &IPClaim,
-    dead: &[&Gone],
-    none_of_the_name: bool,
-) -> Verdict {
-    fn of<'a>(ctx: &'a Context, key: &'a ShardKey, uid: Option<&'a str>) -> Incarnation<'a> {
-        Incarnation {
-            cell: &ctx.cell_id,
-            namespace: &key.namespace,
-            name: &key.name,
-            uid,
-        }
-    }
-    let mut last = None;
-    for g in dead {
-        match owner(claim, &of(ctx, key, g.uid.as_deref())) {
-            Owner::This if g.uid.is_some() => return Verdict::Gone,
-            Owner::This => return Verdict::ConfirmFirst,
-            Owner::Unmarked if recorded(ctx, g) == Some(name) => return Verdict::Gone,
-            other => last = Some(other),
-        }
-    }
-    if none_of_the_name {
-        match owner(claim, &of(ctx, key, None)) {
-            Owner::This => return Verdict::ConfirmFirst,
-            other => last = Some(other),
-        }
-    }
-    Verdict::Keep(last.unwrap_or(Owner::Unmarked))
-}
-
-async fn release_claim(
+async fn release_one(
     ctx: &Context,
     key: &ShardKey,
     name: &str,
     dead: &[&Gone],
-    none_of_the_name: bool,
+    live: &LiveRead<'_>,
 ) -> Result<(), Error> {
     let s = &ctx.settings;
     let claim = match ctx.ipam.get_claim(&s.claim_namespace, name).await {
@@ -162,59 +132,102 @@ async fn release_claim(
             });
         }
     };
-    match judge(ctx, key, name, &claim, dead, none_of_the_name) {
-        Verdict::Gone => {}
-        Verdict::ConfirmFirst => {
-            if claimed_incarnation_lives(ctx, key, &claim).await? {
-                info!(shard = %key, claim = %name, "the claim is a live shard's, made since this release began; left alone");
-                return Ok(());
-            }
-        }
-        Verdict::Keep(other) => {
-            info!(shard = %key, claim = %name, owner = ?other, "the claim of this name is not the gone shard's; left alone");
+    // A Go controller's claim names no incarnation; the deleted one that recorded it vouches.
+    let recorder = dead
+        .iter()
+        .find(|g| {
+            recorded_claim(
+                g.claim_ref.as_ref(),
+                &s.platform_project,
+                &s.claim_namespace,
+            ) == Some(name)
+        })
+        .and_then(|g| g.uid.as_deref());
+    let vouch = recorder.map_or(Vouch::None, Vouch::RecordedBy);
+    let whose = match whose(&claim, &ctx.cell_id, vouch) {
+        Ok(w) if ours_to_release(&w, key, dead, live) => w,
+        Ok(w) => {
+            info!(shard = %key, claim = %name, owner = ?w, "the claim of this name is not a gone shard's; left alone");
             return Ok(());
         }
-    }
-    ctx.may_write()?;
-    let uid = claim.metadata.uid.clone().unwrap_or_default();
-    let deleted = ctx
-        .ipam
-        .delete_claim(&s.claim_namespace, name, &uid)
+        Err(why) => {
+            info!(shard = %key, claim = %name, %why, "the claim of this name is not this shard's to release; left alone");
+            return Ok(());
+        }
+    };
+    // The pass's read proves gone an incarnation the pass knew was deleted; any other needs a
+    // read made after the claim was.
+    let known_gone = whose
+        .uid()
+        .is_some_and(|uid| dead.iter().any(|g| g.uid.as_deref() == Some(uid)));
+    let read = |ns: String, n: String| async move {
+        if known_gone {
+            Ok(live.shard.map(LiveShard::of))
+        } else {
+            live_shard(&ctx.cell, &ns, &n, s.request_timeout).await
+        }
+    };
+    let freed = release_claim(&ctx.ipam, &claim, &whose, read, || ctx.gate.may_write())
         .await
-        .map_err(|source| Error::Release {
-            claim: name.to_string(),
-            source,
-        })?;
-    match deleted {
-        Deleted::Deleted => {
-            info!(shard = %key, claim = %name, location = %s.location, "released the public IPv6 address of a shard that is gone");
-        }
-        Deleted::AlreadyGone => {
-            debug!(shard = %key, claim = %name, "the claim was already gone")
-        }
-        Deleted::Replaced => {
-            info!(shard = %key, claim = %name, "the claim was replaced by a newer one before the release landed; the newer one is kept")
-        }
-    }
+        .map_err(|e| release_error(key, name, e))?;
+    log_freed(ctx, key, name, &claim, freed);
     Ok(())
 }
 
-/// Whether the incarnation a claim names is alive now. A release that did not know which
-/// incarnation was gone learns it only from the claim, read after the API server said no shard of
-/// the name existed; another writer (a second controller, a paused leader's successor) may have
-/// created one since and claimed for it.
-async fn claimed_incarnation_lives(
-    ctx: &Context,
+/// Whether `whose` is among what this pass releases: a deleted incarnation, or, when no shard
+/// of the name exists, any incarnation of this shard.
+fn ours_to_release(
+    whose: &crate::ipam::release::Whose,
     key: &ShardKey,
-    claim: &IPClaim,
-) -> Result<bool, Error> {
-    let Some(claimed) = claim.annotations().get(ANNOTATION_SHARD_UID) else {
-        return Ok(false);
-    };
-    ctx.incarnation_lives(key, claimed)
-        .await
-        .map_err(|source| Error::ReadShard {
+    dead: &[&Gone],
+    live: &LiveRead<'_>,
+) -> bool {
+    if whose.shard() != format!("{}/{}", key.namespace, key.name) {
+        return false;
+    }
+    live.none_of_the_name
+        || whose
+            .uid()
+            .is_some_and(|uid| dead.iter().any(|g| g.uid.as_deref() == Some(uid)))
+}
+
+fn release_error(key: &ShardKey, claim: &str, e: ReleaseError) -> Error {
+    match e {
+        ReleaseError::NotLeader { .. } => Error::NotLeader,
+        ReleaseError::ReadShard { source, .. } => Error::ReadShard {
             shard: key.to_string(),
             source,
-        })
+        },
+        ReleaseError::Stuck { source, .. } | ReleaseError::Delete { source, .. } => {
+            Error::Release {
+                claim: claim.to_string(),
+                source,
+            }
+        }
+        ReleaseError::NotOurs { reason, .. } => Error::Config(format!(
+            "claim {claim:?} of egress shard {key} is not released: {reason}"
+        )),
+    }
+}
+
+fn log_freed(ctx: &Context, key: &ShardKey, name: &str, claim: &IPClaim, freed: Freed) {
+    let address = claim
+        .status
+        .as_ref()
+        .map(|s| s.allocated_cidr.as_str())
+        .unwrap_or_default();
+    match freed {
+        Freed::Released => {
+            info!(shard = %key, claim = %name, %address, location = %ctx.settings.location, "released the public IPv6 address of a shard that is gone");
+        }
+        Freed::AlreadyGone => {
+            debug!(shard = %key, claim = %name, "the claim was already gone")
+        }
+        Freed::Held => {
+            info!(shard = %key, claim = %name, "the claim's shard incarnation lives (or a live shard records the claim); left alone")
+        }
+        Freed::Replaced => {
+            info!(shard = %key, claim = %name, "the claim was replaced by a newer one before the release landed; the newer one is kept")
+        }
+    }
 }

@@ -12,10 +12,10 @@
 //!
 //! A claim the list shows is a candidate when it is scoped to this controller's location and the
 //! shard cache holds no shard of its incarnation.
-//! It is released through [`release_orphan`], with the guards of every release: the shard is read
-//! live after the claim was listed (a shard made since, and its claim, would look like an orphan to
-//! a cache that has not caught up), and the DELETE carries the listed claim's UID as its
-//! precondition (a claim made since under the same name is another object, never deleted). A
+//! It is released through the one release path ([`crate::ipam::release`]): the shard is read live
+//! after the claim was listed (a shard made since, and its claim, would look like an orphan to a
+//! cache that has not caught up), and the DELETE names a claim whose name is its incarnation's
+//! alone, so it cannot remove a claim made since for a shard recreated under the name. A
 //! candidate whose address a cached shard carries (written by hand) is left: freeing it would let
 //! IPAM hand that address out a second time.
 //!
@@ -41,9 +41,8 @@ use super::leader::LeaderToken;
 use super::limiter::RetryBucket;
 use super::readiness::Readiness;
 use crate::ipam::naming::{LABEL_CELL_TAG, cell_claim_prefix, cell_tag};
-use crate::ipam::orphans::{
-    Freed, Marks, OrphanError, Standing, live_shard_uid, marks, release_orphan, standing,
-};
+use crate::ipam::orphans::{Marks, Standing, marks, standing};
+use crate::ipam::release::{Freed, ReleaseError, Vouch, live_shard, release, whose};
 use crate::ipam::spec::SCOPE_ROLE_LOCATION;
 use crate::reconcile::Context;
 
@@ -67,9 +66,9 @@ pub enum SweepError {
         #[source]
         source: kube::Error,
     },
-    /// One release failed; see [`OrphanError`].
+    /// One release failed; see [`ReleaseError`].
     #[error(transparent)]
-    Release(#[from] OrphanError),
+    Release(#[from] ReleaseError),
     /// Leadership was lost during the pass.
     #[error("not the leader any more; the pass stopped")]
     NotLeader,
@@ -182,21 +181,27 @@ impl OrphanSweep {
             else {
                 continue;
             };
+            let whose = whose(claim, &ctx.cell_id, Vouch::None).map_err(|reason| {
+                SweepError::Release(ReleaseError::NotOurs {
+                    claim: name.clone(),
+                    reason,
+                })
+            })?;
             // The live read and the DELETE: two requests.
             pace.reserve();
             tokio::time::sleep(pace.reserve()).await;
-            let freed = release_orphan(
+            let freed = release(
                 &ctx.ipam,
                 claim,
-                &ctx.cell_id,
+                &whose,
                 |ns, n| async move {
-                    live_shard_uid(&ctx.cell, &ns, &n, ctx.settings.request_timeout).await
+                    live_shard(&ctx.cell, &ns, &n, ctx.settings.request_timeout).await
                 },
                 || self.leader.is_leader(),
             )
             .await
             .map_err(|e| match e {
-                OrphanError::NotLeader { .. } => SweepError::NotLeader,
+                ReleaseError::NotLeader { .. } => SweepError::NotLeader,
                 other => SweepError::Release(other),
             })?;
             match freed {

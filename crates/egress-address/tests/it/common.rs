@@ -71,9 +71,44 @@ impl Plane {
         self.lp().cell_uid()
     }
 
-    /// The claim the controller makes for a shard of this cell.
+    /// The claim the controller makes for a shard of this cell: for the incarnation stored now;
+    /// for a shard that is gone, the claim IPAM still holds for one of its incarnations (none:
+    /// a name no claim has, so that "no such claim" reads as released).
     pub fn claim_name(&self, shard: &str) -> String {
-        egress_address::ipam::naming::claim_name(&self.cell_id(), SHARD_NS, shard)
+        if let Some(uid) = self.shard_now(shard).and_then(|s| s.metadata.uid) {
+            return self.claim_name_of(shard, &uid);
+        }
+        self.claims_of(shard).into_iter().next().unwrap_or_else(|| {
+            egress_address::ipam::naming::claim_name_without_incarnation(
+                &self.cell_id(),
+                SHARD_NS,
+                shard,
+            )
+        })
+    }
+
+    /// The claim the controller makes for incarnation `uid` of a shard of this cell.
+    pub fn claim_name_of(&self, shard: &str, uid: &str) -> String {
+        egress_address::ipam::naming::claim_name(&self.cell_id(), SHARD_NS, shard, uid)
+    }
+
+    /// The names of the claims IPAM holds for any incarnation of a shard of this cell, read
+    /// without a request.
+    pub fn claims_of(&self, shard: &str) -> Vec<String> {
+        use egress_address::ipam::naming::{ANNOTATION_CELL, ANNOTATION_SHARD_NAME};
+        let cell = self.cell_id();
+        self.lp()
+            .project(PLATFORM)
+            .map(|p| p.objects(&localplane::testing::claims_key(), Some(CLAIM_NS)))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| {
+                let a = &c["metadata"]["annotations"];
+                a[ANNOTATION_SHARD_NAME].as_str() == Some(shard)
+                    && a[ANNOTATION_CELL].as_str() == Some(cell.as_str())
+            })
+            .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// The claim the controller makes for a shard of this cell, read over HTTP.

@@ -43,15 +43,15 @@ async fn the_shipped_grants_cover_every_request() {
     let ipam = egress_address::ipam_client(&plane.kubeconfig("cell", "ipam-user"), PLATFORM)
         .await
         .unwrap();
+    // Claim, adopt a retained allocation, release, drift-check: every verb the controller uses.
+    // The adopted shard's incarnation made the retained allocation, so it is stored first.
+    let adopted = plane.create_shard("adopted").await;
+    plane
+        .retain_address(&plane.desired_claim("adopted", adopted.metadata.uid.as_deref().unwrap()))
+        .await;
     let ctl = start_controller_with(s, cell, ipam).await;
 
-    // Claim, adopt a retained allocation, release, drift-check: every verb the controller uses.
-    plane
-        .retain_address(&plane.desired_claim("adopted", "an-earlier-incarnation"))
-        .await;
-
     plane.create_shard("fresh").await;
-    plane.create_shard("adopted").await;
     addressed(&plane, "fresh").await;
     let adopted = addressed(&plane, "adopted").await;
     assert_eq!(

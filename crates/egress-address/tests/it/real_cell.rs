@@ -111,7 +111,15 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
     let cell = cell_id(&admin).await;
     let plane = Plane::start().await;
 
-    // A retained allocation of an earlier incarnation of "adopted", as IPAM keeps it.
+    // A retained allocation under the claim name of the incarnation of "adopted" (its earlier
+    // claim released under Retain), as IPAM keeps it.
+    let shards: Api<EgressShard> = Api::namespaced(admin.clone(), NS);
+    let adopted: EgressShard = serde_json::from_value(shard_object(NS, "adopted")).unwrap();
+    let adopted = shards
+        .create(&PostParams::default(), &adopted)
+        .await
+        .unwrap();
+    let adopted_uid = adopted.metadata.uid.clone().unwrap();
     let earlier =
         egress_address::ipam::spec::desired_claim(&egress_address::ipam::spec::ClaimRequest {
             class_name: CLASS,
@@ -120,7 +128,7 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
             cell: &cell,
             shard_namespace: NS,
             shard_name: "adopted",
-            shard_uid: "an-earlier-incarnation",
+            shard_uid: &adopted_uid,
         });
     plane.retain_address(&earlier).await;
 
@@ -133,16 +141,17 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
     )
     .await;
 
-    let shards: Api<EgressShard> = Api::namespaced(admin.clone(), NS);
-    for name in ["fresh", "adopted", "handed"] {
+    let mut uids = std::collections::BTreeMap::new();
+    for name in ["fresh", "handed"] {
         let shard: EgressShard = serde_json::from_value(shard_object(NS, name)).unwrap();
-        shards.create(&PostParams::default(), &shard).await.unwrap();
+        let made = shards.create(&PostParams::default(), &shard).await.unwrap();
+        uids.insert(name, made.metadata.uid.unwrap());
     }
     let fresh = addressed_on(&shards, "fresh").await;
     let r = fresh.spec.shard_address_ipv6_claim_ref.clone().unwrap();
     assert_eq!(
         (r.kind.as_str(), r.name.clone()),
-        ("IPClaim", claim_name(&cell, NS, "fresh"))
+        ("IPClaim", claim_name(&cell, NS, "fresh", &uids["fresh"]))
     );
     let adopted = addressed_on(&shards, "adopted").await;
     assert_eq!(
@@ -192,7 +201,7 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
         .delete("fresh", &DeleteParams::default())
         .await
         .unwrap();
-    let claim = claim_name(&cell, NS, "fresh");
+    let claim = claim_name(&cell, NS, "fresh", &uids["fresh"]);
     eventually(30, "the claim of the deleted shard released", || async {
         plane.claim_now(&claim).is_none().then_some(())
     })
@@ -231,7 +240,7 @@ async fn as_its_service_account_the_controller_addresses_adopts_and_releases_on_
     .await;
     ctl.stop().await.unwrap();
     plane.clear_faults();
-    let claim = claim_name(&cell, NS, "handed");
+    let claim = claim_name(&cell, NS, "handed", &uids["handed"]);
     assert!(plane.claim_now(&claim).is_some(), "nothing released it yet");
     let successor = start_counted(
         leading_in_install("real-cell-1", NS),
@@ -575,8 +584,11 @@ async fn without_any_one_rule_the_controller_names_what_it_may_not_do_and_writes
                 "{what}: the shard was written"
             );
             let cell = cell_id(&admin).await;
+            let uid = shards.get(&name).await.unwrap().metadata.uid.unwrap();
             assert!(
-                plane.claim_now(&claim_name(&cell, NS, &name)).is_none(),
+                plane
+                    .claim_now(&claim_name(&cell, NS, &name, &uid))
+                    .is_none(),
                 "{what}: a claim was made in IPAM"
             );
         }

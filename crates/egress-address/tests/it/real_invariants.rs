@@ -91,7 +91,12 @@ async fn a_real_cell_and_another_with_one_shard_name_get_two_addresses_and_keep_
         in_real.spec.shard_address_ipv6, in_local.spec.shard_address_ipv6,
         "two live shards on one address"
     );
-    let real_claim = claim_name(&real_cell, SHARD_NS, "twin");
+    let real_claim = claim_name(
+        &real_cell,
+        SHARD_NS,
+        "twin",
+        in_real.metadata.uid.as_deref().unwrap(),
+    );
     assert_eq!(
         in_real
             .spec
@@ -152,39 +157,43 @@ async fn on_a_real_cell_a_shard_recreated_under_its_name_gets_its_own_claim() {
     const NS: &str = "real-phoenix";
     let ipam = Plane::start().await;
     let (admin, shards) = real_shards(NS).await;
-    let claim = claim_name(&cell_id(&admin).await, NS, "phoenix");
+    let cell = cell_id(&admin).await;
     let ctl = controller_on_real(NS, &ipam, |_| {}).await;
     create(&shards, "phoenix").await;
     let first = addressed_on(&shards, "phoenix").await;
     ctl.stop().await.unwrap();
+    let earlier_name = claim_name(&cell, NS, "phoenix", first.metadata.uid.as_deref().unwrap());
 
     // Deleted and made again while no controller ran: the earlier incarnation's claim is still
-    // there under the same name.
+    // there, under a name of its own.
     shards
         .delete("phoenix", &DeleteParams::default())
         .await
         .unwrap();
     let second = create(&shards, "phoenix").await;
     assert_ne!(first.metadata.uid, second.metadata.uid);
-    let earlier = ipam.claim_now(&claim).unwrap();
-    assert_eq!(
-        annotation(&earlier, ANNOTATION_SHARD_UID),
-        first.metadata.uid
-    );
+    let earlier = ipam.claim_now(&earlier_name).unwrap();
 
     let ctl = controller_on_real(NS, &ipam, |_| {}).await;
     let again = addressed_on(&shards, "phoenix").await;
     assert_eq!(again.metadata.uid, second.metadata.uid);
-    let now = ipam.claim_now(&claim).unwrap();
-    assert_eq!(
-        annotation(&now, ANNOTATION_SHARD_UID),
-        second.metadata.uid,
-        "the new incarnation adopted the earlier one's claim"
-    );
-    assert_ne!(now.metadata.uid, earlier.metadata.uid);
+    let name = claim_name(&cell, NS, "phoenix", again.metadata.uid.as_deref().unwrap());
+    assert_ne!(name, earlier_name);
+    let now = ipam.claim_now(&name).unwrap();
+    assert_eq!(annotation(&now, ANNOTATION_SHARD_UID), second.metadata.uid);
     assert_eq!(
         format!("{}/128", again.spec.shard_address_ipv6),
-        now.status.unwrap().allocated_cidr
+        now.status.clone().unwrap().allocated_cidr
+    );
+    assert_ne!(
+        now.status.as_ref().map(|s| &s.allocated_cidr),
+        earlier.status.as_ref().map(|s| &s.allocated_cidr),
+        "a gone incarnation's address came back"
+    );
+    assert_eq!(
+        ipam.claim_now(&earlier_name).unwrap().metadata.uid,
+        earlier.metadata.uid,
+        "the earlier incarnation's claim was touched"
     );
     ctl.stop().await.unwrap();
 }

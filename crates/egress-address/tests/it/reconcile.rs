@@ -9,6 +9,7 @@ use egress_address::ipam::naming::{
 };
 use egress_api::shard::{AddressClaimRef, LABEL_EGRESS_IPV6};
 use kube::api::{Patch, PatchParams, PostParams};
+use localplane::testing::shard_object;
 
 fn label(s: &egress_api::shard::EgressShard) -> Option<String> {
     s.metadata.labels.as_ref()?.get(LABEL_EGRESS_IPV6).cloned()
@@ -277,15 +278,21 @@ async fn a_failed_read_releases_nothing() {
 #[tokio::test]
 async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     let plane = Plane::start().await;
+    // The shard is stored before any controller runs, so its incarnation is known: an earlier
+    // claim of that incarnation, released under Retain, left its allocation held.
+    let made = plane
+        .lp()
+        .cell()
+        .apply_object(shard_object(SHARD_NS, "reborn"))
+        .unwrap();
+    let uid = made["metadata"]["uid"].as_str().unwrap().to_string();
     let name = plane.claim_name("reborn");
-    // An earlier claim of the same identity, released under Retain, leaves its allocation held.
     let held = plane
-        .retain_address(&plane.desired_claim("reborn", "an-earlier-incarnation"))
+        .retain_address(&plane.desired_claim("reborn", &uid))
         .await;
 
-    let ctl = start_controller(&plane, settings()).await;
     plane.reset_counters();
-    plane.create_shard("reborn").await;
+    let ctl = start_controller(&plane, settings()).await;
     let shard = addressed(&plane, "reborn").await;
     assert_eq!(format!("{}/128", shard.spec.shard_address_ipv6), held);
     let r = shard.spec.shard_address_ipv6_claim_ref.clone().unwrap();
@@ -296,8 +303,8 @@ async fn a_retained_allocation_is_adopted_as_an_ipallocation() {
     );
     assert!(plane.claim_now(&name).is_none(), "no claim is stored");
     settled(&ctl, &shard).await;
-    // create (409) + get allocation + update shard, plus the test's own shard create.
-    plane.assert_work_requests(4, "an adoption");
+    // create (409) + get allocation + patch shard.
+    plane.assert_work_requests(3, "an adoption");
     let alloc = plane.allocations().get(&r.name).await.unwrap();
     assert_eq!(alloc.status.unwrap().allocated_cidr, held);
     assert_eq!(ctl.claim_outcomes("Adopted"), 1);
@@ -409,7 +416,15 @@ async fn a_missing_class_is_refused_by_name() {
 #[tokio::test]
 async fn a_claim_made_for_another_shard_is_refused() {
     let plane = Plane::start().await;
-    let mut other = plane.desired_claim("twin", "some-uid");
+    // Stored before any controller runs, so the claim can take its incarnation's name.
+    let made = plane
+        .lp()
+        .cell()
+        .apply_object(shard_object(SHARD_NS, "twin"))
+        .unwrap();
+    let uid = made["metadata"]["uid"].as_str().unwrap().to_string();
+    let name = plane.claim_name_of("twin", &uid);
+    let mut other = plane.desired_claim("twin", &uid);
     other.metadata.annotations = Some(BTreeMap::from([
         (
             ANNOTATION_SHARD_NAMESPACE.to_string(),
@@ -423,7 +438,6 @@ async fn a_claim_made_for_another_shard_is_refused() {
         .await
         .unwrap();
     let ctl = start_controller(&plane, settings()).await;
-    plane.create_shard("twin").await;
     assert_refused(&plane, "twin", "ClaimNameCollision").await;
     // Deleting the shard must not delete the other shard's claim either.
     plane.delete_shard("twin").await;
@@ -433,7 +447,7 @@ async fn a_claim_made_for_another_shard_is_refused() {
     })
     .await;
     idle(&ctl).await;
-    assert!(plane.claim_for("twin").await.is_some());
+    assert!(plane.claim_now(&name).is_some());
     ctl.stop().await.unwrap();
 }
 
