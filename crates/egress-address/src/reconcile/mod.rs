@@ -188,18 +188,43 @@ async fn reconcile_key(
     } else {
         Some(ctx.read_live(key).await?)
     };
+    let mut owed = None;
     if let Some(live) = &live {
         // Deleted incarnations first: what they held is released before anything else is
-        // claimed. The cache is looked at again, after the read: what it shows then is no older.
+        // claimed, where IPAM lets it be. The cache is looked at again, after the read: what it
+        // shows then is no older.
         cached = in_cache();
         let read = release::LiveRead {
             shard: live.as_ref(),
             none_of_the_name: live.is_none() && cached.is_none(),
         };
-        if !gone.is_empty() || read.none_of_the_name {
-            release::release(ctx, key, &gone, &read).await?;
+        let releasing = !gone.is_empty() || read.none_of_the_name;
+        if releasing && let Err(err) = release::release(ctx, key, &gone, &read).await {
+            // A release IPAM has not finished (a 500 with the claim left Releasing, an outage)
+            // must not hold back the live shard of the name: its claim has a name of its own, so
+            // it is addressed now and the release retried with the key's backoff.
+            if matches!(err, Error::NotLeader) || live.is_none() {
+                return Err(err);
+            }
+            owed = Some(err);
         }
     }
+    let next = address(ctx, key, cached, live, notes).await?;
+    match owed {
+        Some(err) => Err(err),
+        None => Ok(next),
+    }
+}
+
+/// The live shard's part of a pass: decide from what the cache (or the live read) shows, and
+/// make at most the writes the decision needs.
+async fn address(
+    ctx: &Context,
+    key: &ShardKey,
+    cached: Option<EgressShard>,
+    live: Option<Option<EgressShard>>,
+    notes: &mut Vec<Note>,
+) -> Result<Next, Error> {
     let shard = match (cached, live) {
         (Some(cached), _) if ctx.memory.addresses().is_stale(key, &cached) => {
             return Ok(Next::Done);

@@ -8,6 +8,7 @@ mod invariants;
 mod lapse;
 mod layers;
 mod metrics_auth;
+mod milo;
 mod observe;
 mod operations;
 mod orphans;
