@@ -109,6 +109,8 @@ pub struct Cell {
     pub deleted: BTreeMap<String, Deletion>,
     /// Shard uid -> when the run made it.
     pub born: BTreeMap<String, Instant>,
+    /// Shard name -> the uids of every incarnation the run made under it.
+    pub names: BTreeMap<String, Vec<String>>,
     /// Bounded-time judgements still to come, due in order of their faults' ends.
     pub owed: Vec<Owed>,
     /// How long after a lapse fault ends its judgement is due.
@@ -165,6 +167,7 @@ impl Cell {
             live: BTreeMap::new(),
             deleted: BTreeMap::new(),
             born: BTreeMap::new(),
+            names: BTreeMap::new(),
             owed: vec![],
             addressed_within: Duration::from_secs(20),
             run_start: Instant::now(),
@@ -198,6 +201,10 @@ impl Cell {
             .to_string();
         self.live.insert(name.into(), uid.clone());
         self.born.insert(uid.clone(), Instant::now());
+        self.names
+            .entry(name.to_string())
+            .or_default()
+            .push(uid.clone());
         if self.lapsing() {
             self.stats.made_during_lapses += 1;
         }

@@ -53,6 +53,16 @@ pub struct FaultArgs {
     /// waits.
     #[arg(long, default_value_t = 0.3, env = "CHAOS_DELETE_COMMIT_DELAY_RATE")]
     pub delete_commit_delay_rate: f64,
+    /// Share of claim deletes whose release (the second step of Milo's delete, after the claim
+    /// was marked Releasing) fails: the claim stays Releasing with its address, and the DELETE
+    /// answers 500.
+    #[arg(long, default_value_t = 0.05, env = "CHAOS_RELEASE_FAILURE_RATE")]
+    pub release_failure_rate: f64,
+    /// Share of claim deletes whose release is held --commit-delay-ms after the claim was marked
+    /// Releasing: IPAM slower than the controller's --request-timeout, the claim Releasing
+    /// meanwhile.
+    #[arg(long, default_value_t = 0.1, env = "CHAOS_RELEASE_DELAY_RATE")]
+    pub release_delay_rate: f64,
     /// Share of shard writes (the controller's conditional patches) applied --commit-delay-ms late.
     #[arg(long, default_value_t = 0.05, env = "CHAOS_UPDATE_COMMIT_DELAY_RATE")]
     pub update_commit_delay_rate: f64,
@@ -82,6 +92,8 @@ impl FaultArgs {
             ("--after-apply-rate", self.after_apply_rate),
             ("--delete-commit-delay-rate", self.delete_commit_delay_rate),
             ("--update-commit-delay-rate", self.update_commit_delay_rate),
+            ("--release-failure-rate", self.release_failure_rate),
+            ("--release-delay-rate", self.release_delay_rate),
         ];
         for (flag, r) in rates {
             anyhow::ensure!(
@@ -127,7 +139,11 @@ impl FaultArgs {
     pub fn config(&self, seed: u64, latency_spike: bool) -> FaultConfig {
         let mut rules = vec![];
         let mut rule = |r: FaultRule| {
-            if r.error_rate > 0.0 || r.latency_ms > 0 || r.commit_delay_ms > 0 {
+            if r.error_rate > 0.0
+                || r.latency_ms > 0
+                || r.commit_delay_ms > 0
+                || r.release_delay_ms > 0
+            {
                 rules.push(r);
             }
         };
@@ -215,6 +231,26 @@ impl FaultArgs {
                 });
             }
         }
+        // Milo's two-step claim delete: the release that fails (the claim stays Releasing) and
+        // the release held past the client's timeout.
+        let claim_deletes = FaultRule {
+            plane: Some(PLATFORM_PLANE.into()),
+            verb: Some("delete".into()),
+            resource: Some(CLAIMS.into()),
+            ..Default::default()
+        };
+        rule(FaultRule {
+            error_rate: self.release_failure_rate,
+            when: FaultWhen::Release,
+            ..claim_deletes.clone()
+        });
+        if self.release_delay_rate > 0.0 {
+            rule(FaultRule {
+                release_delay_ms: self.commit_delay_ms,
+                release_delay_rate: Some(self.release_delay_rate),
+                ..claim_deletes
+            });
+        }
         if latency_spike {
             rule(FaultRule {
                 latency_ms: self.latency_ms,
@@ -271,6 +307,10 @@ pub struct FaultReport {
     pub short_pauses: usize,
     /// Of those, the ones that woke still holding the lease: the pause the fault is meant to be.
     pub short_pauses_within_lease: usize,
+    /// Claim releases that IPAM carried out after a newer incarnation of the claim's shard had
+    /// been made in its cell: with one name for every incarnation, each could have removed the
+    /// newer one's claim (Milo reads no DELETE preconditions).
+    pub releases_after_recreation: u64,
 }
 
 impl FaultReport {
@@ -288,11 +328,20 @@ impl FaultReport {
             ("after-apply reset", t.after_apply.reset),
             ("after-apply hang", t.after_apply.hang),
             ("delayed commit", t.delayed_commits),
+            (
+                "release step failed (claim left Releasing)",
+                t.failed_releases.status,
+            ),
+            ("release step delayed", t.delayed_releases),
             ("latency spike", self.latency_spikes as u64),
             ("slow lease renewal", self.slow_renewals),
             (
                 "leader paused within its lease",
                 self.short_pauses_within_lease as u64,
+            ),
+            (
+                "claim release landed after its shard was made again",
+                self.releases_after_recreation,
             ),
         ]
         .into_iter()

@@ -21,6 +21,7 @@
 mod cell;
 mod faults;
 mod invariants;
+mod landings;
 mod lapse;
 mod report;
 mod server;
@@ -226,6 +227,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
         .lp()
         .project(PLATFORM_PROJECT)
         .expect("the first world serves the platform project");
+    let landings = landings::Landings::watch(&platform);
     let base = ControllerSpec::new(&ipam, bin, "chaos-a");
     let mut spec = ControllerSpec {
         concurrency: args.concurrency,
@@ -558,6 +560,7 @@ pub async fn run(args: &ChaosArgs) -> anyhow::Result<ChaosReport> {
     report.faults.watch_cut_after_seconds =
         (args.faults.watch_cut_seconds > 0.0).then_some(args.faults.watch_cut_seconds);
     report.faults.slow_renewal_latency_ms = args.lapse.slow_renewal_latency_ms;
+    report.faults.releases_after_recreation = landings.after_recreation(&cells);
     for c in &cells {
         let m = c.server.cell_metrics();
         for (plane, injected) in c.server.injected_faults() {
@@ -780,6 +783,8 @@ pub fn ci_options(seed: u64) -> ChaosArgs {
             after_apply_rate: 0.2,
             after_apply_outcomes: vec![Outcome::Status, Outcome::Reset, Outcome::Hang],
             delete_commit_delay_rate: 0.4,
+            release_failure_rate: 0.1,
+            release_delay_rate: 0.15,
             update_commit_delay_rate: 0.05,
             commit_delay_ms: 3000,
             latency_ms: 400,

@@ -208,6 +208,14 @@ impl ChaosReport {
                 .map_or("never".to_string(), |s| format!("{s} s")),
             if watches.is_empty() { "none" } else { &watches },
         )?;
+        let t = &self.faults.total;
+        writeln!(
+            out,
+            "Milo's two-step claim delete: {} releases failed (claims left Releasing), {} held past the request timeout; {} releases landed after their shard was made again",
+            t.failed_releases.status + t.failed_releases.reset + t.failed_releases.hang,
+            t.delayed_releases,
+            self.faults.releases_after_recreation,
+        )?;
         let missing = self.faults.missing_kinds();
         if !missing.is_empty() {
             writeln!(out, "never injected: {}", missing.join(", "))?;
