@@ -33,7 +33,6 @@ use clap::Args;
 use localplane::testing::PLATFORM_PROJECT;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use server::CellServer;
 
 use crate::cell::CellKind;
 use crate::fleet::{self, ControllerSpec, Fleet, locate_controller};
@@ -46,6 +45,9 @@ pub use invariants::{Leftovers, Sampled, Verdict};
 pub use lapse::LapseArgs;
 use lapse::{Election, Promptness};
 pub use report::ChaosReport;
+pub use server::CellServer;
+/// The namespace a chaos cell's shards live in.
+pub const SHARD_NAMESPACE: &str = invariants::NAMESPACE;
 
 /// The controllers' lease, short so that a takeover fits in a bounded run.
 const LEASE: Duration = Duration::from_secs(3);

@@ -156,6 +156,14 @@ impl CellServer {
         }
     }
 
+    /// The requests IPAM's world counted, on the cell that holds it.
+    pub fn ipam_metrics(&self) -> Option<&Metrics> {
+        match self {
+            CellServer::Local(w) => Some(w.lp().metrics()),
+            CellServer::Real(r) => r.ipam.as_ref().map(|w| w.lp().metrics()),
+        }
+    }
+
     /// The faults injected, by plane: the cell's as `cell`, and IPAM's on the cell that holds it.
     pub fn injected_faults(&self) -> Vec<(String, InjectedFaults)> {
         let mut out: Vec<_> = self

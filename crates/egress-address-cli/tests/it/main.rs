@@ -20,4 +20,5 @@ mod fleet_audit;
 mod grants;
 mod install;
 mod manifests;
+mod paused_release;
 mod real_install;
