@@ -1,6 +1,7 @@
 //! Identities and the configuration file the binary (and [`crate::LocalPlaneBuilder::config`])
 //! takes.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -100,6 +101,9 @@ fn cell() -> String {
 ///     - {verb: delete, resource: ipclaims, commitDelayMs: 5000}
 /// watchHistory: 10000
 /// bookmarkIntervalSeconds: 10
+/// quotas:
+///   platform: {ipclaims.ipam.miloapis.com: 500}
+/// ipamStrictDeletes: false
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -119,6 +123,11 @@ pub struct Config {
     pub faults: FaultConfig,
     pub watch_history: Option<usize>,
     pub bookmark_interval_seconds: Option<f64>,
+    /// Milo's quota, by project: the most live objects of each resource (`<plural>.<group>`).
+    pub quotas: BTreeMap<String, BTreeMap<String, u64>>,
+    /// IPClaim DELETEs read preconditions, as Milo's do not (see
+    /// [`crate::LocalPlaneBuilder::ipam_strict_deletes`]).
+    pub ipam_strict_deletes: bool,
 }
 
 impl Config {

@@ -1,6 +1,7 @@
 //! Fault injection, drawn from a seeded RNG so a failing run can be replayed: latency, failures
 //! before a request takes effect or after it did (answered with a Status, a reset connection, or
-//! no answer at all), commits that land late, and watch streams cut after a while.
+//! no answer at all), commits that land late, the release step of a two-step delete (Milo's
+//! IPClaim) failed or held back, and watch streams cut after a while.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -22,6 +23,11 @@ pub enum FaultWhen {
     /// After the request was applied (a write committed, a read was served): the work is done
     /// and only the answer is lost.
     AfterApply,
+    /// At the release step of a DELETE its service carries out in two writes (Milo's IPClaim):
+    /// the first write commits (the claim is `Releasing`), the release fails, and the claim stays
+    /// `Releasing` with its address and allocation. A `status` outcome is Milo's answer, 500
+    /// `release allocation after 3 attempts: ...`. Other requests never draw it.
+    Release,
 }
 
 /// What the client gets from an injected failure.
@@ -57,11 +63,22 @@ impl FaultOutcome {
 /// `commitDelayRate`. Watches have nothing to apply: only `beforeApply` failures and latency
 /// touch them (`watchCutAfterSeconds` cuts them).
 ///
+/// A DELETE its service carries out in two writes (Milo's IPClaim: `Releasing`, then the
+/// release) has a release step too: `when: release` fails it (the claim stays `Releasing` with
+/// its address, and the client gets Milo's 500, or nothing with `outcome: reset|hang`), and
+/// `releaseDelayMs` holds it back (with probability `releaseDelayRate`), so `Releasing` can be
+/// seen and a late release lands on whatever claim holds the name then. Only such a DELETE draws
+/// them, so a rule with `verb` other than `delete` cannot use them.
+///
 /// ```yaml
 /// # A claim create that commits, then the client sees the connection reset.
 /// - {verb: create, resource: ipclaims, errorRate: 1, when: afterApply, outcome: reset}
 /// # A claim delete that lands 5 s after it arrived, whether or not the client still waits.
 /// - {plane: platform, verb: delete, resource: ipclaims.ipam.miloapis.com, commitDelayMs: 5000}
+/// # Half the claim deletes leave their claim Releasing and answer 500.
+/// - {verb: delete, resource: ipclaims, errorRate: 0.5, when: release}
+/// # Every claim delete releases 2 s after it marked the claim Releasing.
+/// - {verb: delete, resource: ipclaims, releaseDelayMs: 2000}
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -85,7 +102,9 @@ pub struct FaultRule {
     pub latency_ms: u64,
     /// `Retry-After` for injected 429/503 failures (`status` outcomes only).
     pub retry_after_seconds: Option<u32>,
-    /// When a failure strikes: `beforeApply` (the default) or `afterApply`.
+    /// When a failure strikes: `beforeApply` (the default), `afterApply`, or `release` (the
+    /// release step of a two-step delete; then `code` and `retryAfterSeconds` may not be set,
+    /// as the answer is Milo's).
     pub when: FaultWhen,
     /// What the client gets from a failure: `status` (the default), `reset` or `hang`.
     pub outcome: FaultOutcome,
@@ -96,6 +115,12 @@ pub struct FaultRule {
     /// Probability in [0, 1] that `commitDelayMs` applies to a matching request (every one when
     /// unset).
     pub commit_delay_rate: Option<f64>,
+    /// Holds the release step of a matching two-step delete this many milliseconds after its
+    /// first write committed (the claim `Releasing` meanwhile). The release then runs in a task
+    /// of its own, so a client that gives up does not stop it. Delays of several rules add up.
+    pub release_delay_ms: u64,
+    /// Probability in [0, 1] that `releaseDelayMs` applies (every time when unset).
+    pub release_delay_rate: Option<f64>,
 }
 
 /// The whole fault configuration (also the body of `POST /localplane/faults`).
@@ -123,10 +148,41 @@ impl FaultRule {
         if let Some(r) = self.commit_delay_rate {
             probability(&format!("{at}.commitDelayRate"), r)?;
         }
+        if let Some(r) = self.release_delay_rate {
+            probability(&format!("{at}.releaseDelayRate"), r)?;
+        }
+        // Only a DELETE has a release step; a rule that names another verb would never fire.
+        let not_a_delete = self.verb.as_deref().filter(|v| *v != "delete" && *v != "*");
+        if let Some(verb) = not_a_delete {
+            let release_field = if self.when == FaultWhen::Release && self.error_rate > 0.0 {
+                Some("when")
+            } else if self.release_delay_ms > 0 {
+                Some("releaseDelayMs")
+            } else {
+                None
+            };
+            if let Some(field) = release_field {
+                return Err(format!(
+                    "{at}.{field}: only a DELETE (of a kind deleted in two steps, Milo's IPClaim) has a \
+                     release step, and verb {verb} has none"
+                ));
+            }
+        }
         // How a failure is shaped matters only for a rule that can fail; a rule used for latency
         // or delays alone may leave a placeholder code in place.
         if self.error_rate == 0.0 {
             return Ok(());
+        }
+        if self.when == FaultWhen::Release
+            && let Some(field) = (self.code.is_some().then_some("code")).or(self
+                .retry_after_seconds
+                .is_some()
+                .then_some("retryAfterSeconds"))
+        {
+            return Err(format!(
+                "{at}.{field}: a failed release step answers as Milo does (500, \"release allocation after 3 \
+                 attempts: ...\"), which {field} cannot change"
+            ));
         }
         if let Some(c) = self.code
             && !(400..=599).contains(&c)
@@ -175,6 +231,11 @@ pub struct InjectedFaults {
     pub after_apply: FaultOutcomes,
     /// Requests applied late.
     pub delayed_commits: u64,
+    /// Two-step deletes whose release step was made to fail (the claim stayed `Releasing`), by
+    /// what the client got.
+    pub failed_releases: FaultOutcomes,
+    /// Two-step deletes whose release step was held back.
+    pub delayed_releases: u64,
 }
 
 /// Injected failures by what the client got.
@@ -192,6 +253,8 @@ impl InjectedFaults {
             before_apply: self.before_apply.plus(&other.before_apply),
             after_apply: self.after_apply.plus(&other.after_apply),
             delayed_commits: self.delayed_commits + other.delayed_commits,
+            failed_releases: self.failed_releases.plus(&other.failed_releases),
+            delayed_releases: self.delayed_releases + other.delayed_releases,
         }
     }
 }
@@ -220,16 +283,33 @@ impl FaultOutcomes {
 pub(crate) struct Failure {
     pub when: FaultWhen,
     pub outcome: FaultOutcome,
-    /// What a `status` outcome answers with.
+    /// What a `status` outcome answers with. For a failed release step, the cause the service's
+    /// own answer wraps ([`RELEASE_FAULT`]).
     pub status: ApiError,
 }
+
+/// Why an injected release step failed, as the service's answer quotes it.
+pub(crate) const RELEASE_FAULT: &str = "injected fault: the release step failed";
 
 /// What happens to one request.
 #[derive(Debug, Default)]
 pub(crate) struct Decision {
     pub latency: Duration,
     pub commit_delay: Duration,
+    /// Between the two writes of a two-step delete.
+    pub release_delay: Duration,
     pub failure: Option<Failure>,
+}
+
+/// What a request can do, which decides the faults it can draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// A watch: nothing to apply, so nothing to fail after or to delay.
+    Watch,
+    /// A request applied in one go.
+    Applies,
+    /// A DELETE its service carries out in two writes: it also has a release step.
+    TwoStepDelete,
 }
 
 /// The live fault configuration of a localplane.
@@ -280,17 +360,20 @@ impl Faults {
             .map(Duration::from_secs_f64)
     }
 
-    /// Draws what happens to one request. `applies` is false for a watch, which has no effect to
-    /// fail after or to delay; rules that only do that draw nothing for it, so the sequence of
-    /// draws (and a replay from the seed) does not depend on how many watches ran.
+    /// Draws what happens to one request. A rule draws only for what the request can do (a
+    /// watch has no effect to fail after or to delay, only a two-step delete has a release
+    /// step), so the sequence of draws (and a replay from the seed) does not depend on how many
+    /// watches ran, nor does a rule without the release fields draw differently than before they
+    /// existed.
     pub(crate) fn decide(
         &self,
         plane: &str,
         verb: &str,
         group: &str,
         resource: &str,
-        applies: bool,
+        reach: Reach,
     ) -> Decision {
+        let applies = reach != Reach::Watch;
         let mut g = locks::lock(&self.inner);
         let (cfg, rng) = &mut *g;
         let mut d = Decision::default();
@@ -319,7 +402,11 @@ impl Faults {
                 continue;
             }
             d.latency += Duration::from_millis(r.latency_ms);
-            let can_fail = applies || r.when == FaultWhen::BeforeApply;
+            let can_fail = match r.when {
+                FaultWhen::BeforeApply => true,
+                FaultWhen::AfterApply => applies,
+                FaultWhen::Release => reach == Reach::TwoStepDelete,
+            };
             if d.failure.is_none()
                 && can_fail
                 && r.error_rate > 0.0
@@ -332,6 +419,12 @@ impl Faults {
                 && r.commit_delay_rate.is_none_or(|p| rng.random::<f64>() < p)
             {
                 d.commit_delay += Duration::from_millis(r.commit_delay_ms);
+            }
+            if reach == Reach::TwoStepDelete
+                && r.release_delay_ms > 0
+                && r.release_delay_rate.is_none_or(|p| rng.random::<f64>() < p)
+            {
+                d.release_delay += Duration::from_millis(r.release_delay_ms);
             }
         }
         d
@@ -346,6 +439,8 @@ impl FaultRule {
             FaultWhen::AfterApply => {
                 format!("injected fault ({code}) after the request was applied")
             }
+            // The service words it (see `Failure::status`); this is the cause it wraps.
+            FaultWhen::Release => RELEASE_FAULT.to_string(),
         };
         let mut status = ApiError::from_code(code, message);
         if let Some(s) = self.retry_after_seconds {
@@ -383,13 +478,12 @@ mod tests {
     }
 
     fn decide(f: &Faults, verb: &str, resource: &str) -> Decision {
-        f.decide(
-            "platform",
-            verb,
-            "ipam.miloapis.com",
-            resource,
-            verb != "watch",
-        )
+        let reach = match verb {
+            "watch" => Reach::Watch,
+            "delete" if resource == "ipclaims" => Reach::TwoStepDelete,
+            _ => Reach::Applies,
+        };
+        f.decide("platform", verb, "ipam.miloapis.com", resource, reach)
     }
 
     #[test]
@@ -472,9 +566,15 @@ mod tests {
         assert!(decide(&f, "create", "ipclaims").failure.is_none());
         assert!(decide(&f, "delete", "ippools").failure.is_none());
         assert!(
-            f.decide("cell", "delete", "ipam.miloapis.com", "ipclaims", true)
-                .failure
-                .is_none()
+            f.decide(
+                "cell",
+                "delete",
+                "ipam.miloapis.com",
+                "ipclaims",
+                Reach::TwoStepDelete
+            )
+            .failure
+            .is_none()
         );
     }
 
@@ -486,7 +586,13 @@ mod tests {
                 "{errorRate: 1, latencyMs: 5, notResources: [leases.coordination.k8s.io, ippools]}",
             )],
         );
-        let lease = f.decide("cell", "update", "coordination.k8s.io", "leases", true);
+        let lease = f.decide(
+            "cell",
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            Reach::Applies,
+        );
         assert!(lease.failure.is_none() && lease.latency.is_zero());
         assert!(decide(&f, "get", "ippools").failure.is_none());
         let claim = decide(&f, "create", "ipclaims");
@@ -526,6 +632,80 @@ mod tests {
         let w = decide(&f, "watch", "ipclaims");
         assert_eq!(w.commit_delay, Duration::ZERO);
         assert!(w.failure.is_none(), "a watch has nothing to fail after");
+    }
+
+    #[test]
+    fn a_release_step_fails_or_waits_only_on_a_two_step_delete() {
+        let f = faults(
+            1,
+            vec![
+                rule("{verb: delete, errorRate: 1, when: release}"),
+                rule("{releaseDelayMs: 300}"),
+                rule(
+                    "{verb: delete, resource: ipclaims, releaseDelayMs: 200, releaseDelayRate: 1}",
+                ),
+            ],
+        );
+        let d = decide(&f, "delete", "ipclaims");
+        let hit = d.failure.expect("the release step fails");
+        assert_eq!(
+            (hit.when, hit.outcome),
+            (FaultWhen::Release, FaultOutcome::Status)
+        );
+        assert_eq!(hit.status.0.message, RELEASE_FAULT);
+        assert_eq!(d.release_delay, Duration::from_millis(500));
+        for (verb, resource) in [
+            ("delete", "ippools"),
+            ("create", "ipclaims"),
+            ("watch", "ipclaims"),
+        ] {
+            let d = decide(&f, verb, resource);
+            assert!(d.failure.is_none(), "{verb} {resource} has no release step");
+            assert_eq!(d.release_delay, Duration::ZERO, "{verb} {resource}");
+        }
+        let json = serde_json::to_value(rule(
+            "{when: release, releaseDelayMs: 5, releaseDelayRate: 0.5}",
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                &json["when"],
+                &json["releaseDelayMs"],
+                &json["releaseDelayRate"]
+            ),
+            (
+                &serde_json::json!("release"),
+                &serde_json::json!(5),
+                &serde_json::json!(0.5)
+            )
+        );
+    }
+
+    #[test]
+    fn bad_release_rules_are_refused_naming_the_field() {
+        let bad = |yaml: &str| -> String {
+            serde_saphyr::from_str::<FaultConfig>(yaml)
+                .unwrap()
+                .validate()
+                .expect_err(yaml)
+        };
+        let e = bad("{rules: [{verb: create, errorRate: 1, when: release}]}");
+        assert!(e.starts_with("rules[0].when: only a DELETE"), "{e}");
+        assert!(e.contains("verb create has none"), "{e}");
+        let e = bad("{rules: [{verb: get}, {verb: patch, releaseDelayMs: 10}]}");
+        assert!(e.starts_with("rules[1].releaseDelayMs"), "{e}");
+        let e = bad("{rules: [{verb: delete, errorRate: 1, when: release, code: 503}]}");
+        assert!(
+            e.starts_with("rules[0].code: a failed release step answers as Milo does"),
+            "{e}"
+        );
+        let e = bad("{rules: [{errorRate: 1, when: release, retryAfterSeconds: 1}]}");
+        assert!(e.starts_with("rules[0].retryAfterSeconds"), "{e}");
+        let e = bad("{rules: [{releaseDelayMs: 10, releaseDelayRate: 2}]}");
+        assert!(e.starts_with("rules[0].releaseDelayRate: 2"), "{e}");
+        let e = serde_saphyr::from_str::<FaultConfig>("{rules: [{when: afterRelease}]}")
+            .expect_err("an unknown when");
+        assert!(e.to_string().contains("afterRelease"), "{e}");
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub trait StorageHooks: Send + Sync {
     }
 
     /// Runs when the object would actually be removed (no finalizers left). Allows every delete
-    /// unless implemented.
+    /// unless implemented. For a resource deleted in two steps it is the second: the release.
     fn before_delete(
         &self,
         txn: &mut dyn PlaneTxn,
@@ -97,4 +97,54 @@ pub trait StorageHooks: Send + Sync {
         let _ = (txn, caller, res, obj);
         Ok(())
     }
+
+    /// Whether a DELETE of the resource reads `DeleteOptions.preconditions`. The generic registry
+    /// does; a service with a delete of its own may not (Milo's IPClaim reads none), and a stand-in
+    /// that read them would protect a client the service leaves unprotected.
+    fn reads_delete_preconditions(&self, res: &ResourceKey) -> bool {
+        let _ = res;
+        true
+    }
+
+    /// Whether the service deletes the resource in two writes, each committed on its own: first
+    /// the object as [`StorageHooks::mark_for_release`] leaves it (Milo's IPClaim: `Releasing`,
+    /// which GETs and watches see), then the release ([`StorageHooks::before_delete`]) and the
+    /// removal. Between them the plane's lock is released, as the service's first transaction
+    /// commits before its second begins.
+    fn deletes_in_two_steps(&self, res: &ResourceKey) -> bool {
+        let _ = res;
+        false
+    }
+
+    /// The first write of a two-step delete: changes `obj` into the object the service stores
+    /// before it releases anything. An error refuses the delete with nothing written.
+    fn mark_for_release(
+        &self,
+        caller: &Caller,
+        res: &ResourceKey,
+        obj: &mut Value,
+    ) -> Result<(), Status> {
+        let _ = (caller, res, obj);
+        Ok(())
+    }
+
+    /// The answer to a two-step delete whose release step failed; `why` says how (a refusal of
+    /// [`StorageHooks::before_delete`], nothing left to release, an injected fault). The claim
+    /// stays as the first step left it. A 500 carrying `why`, unless the service words it.
+    fn release_failure(&self, res: &ResourceKey, why: &str) -> Status {
+        let _ = res;
+        Status::failure(why, "InternalError").with_code(500)
+    }
+
+    /// Whether the hook checks a create's namespace itself, in the service's words and at the
+    /// step where the service checks it ([`StorageHooks::before_create`]); the plane then skips
+    /// its own check (kube-apiserver's 404 for a missing namespace, its 403 for a terminating one).
+    fn checks_namespace(&self, res: &ResourceKey) -> bool {
+        let _ = res;
+        false
+    }
+
+    /// Drops whatever the hook remembers from lookups outside the plane's store (Milo remembers
+    /// a namespace it found live for a few seconds), as the passing of that time would.
+    fn forget_lookups(&self) {}
 }

@@ -41,7 +41,11 @@
 //!   admission refuses);
 //! * Milo project planes under `/apis/resourcemanager.miloapis.com/v1alpha1/projects/{p}/control-plane`
 //!   (an unknown project is a plain-text 404, as Milo answers), with Milo IPAM on them
-//!   ([`ipam`]; the `localplane` binary serves it on every project it serves);
+//!   ([`ipam`]; the `localplane` binary serves it on every project it serves): an IPClaim
+//!   DELETE in Milo's two writes, reading no preconditions (below); a claim into a missing or
+//!   terminating namespace refused with Milo's 403; and Milo's quota on live objects of a
+//!   resource per project ([`Plane::set_quota`], [`LocalPlaneBuilder::quota`],
+//!   `/localplane/quotas`), refused with 403 `Insufficient quota resources available. ...`;
 //! * bearer-token identities and RBAC from stored roles and bindings; impersonation
 //!   (`Impersonate-User`/`-Group`/`-Uid`/`-Extra-*`, kubectl's `--as`) checked as 1.37 checks it,
 //!   constrained impersonation (`impersonate-on:<mode>:<verb>`, `impersonate:<mode>`) before the
@@ -135,7 +139,7 @@
 //! a token in the Status that continues at the newest state; pages of an unselected list carry
 //! `remainingItemCount`. `deletecollection` deletes what a list with the same selectors returns,
 //! each object as its own DELETE would (preconditions, finalizers, hooks, events), and answers
-//! with that list. A watch with a selector sees an object that stops matching as DELETED in the
+//! with that list (IPClaims: as their first write left them, as Milo answers). A watch with a selector sees an object that stops matching as DELETED in the
 //! state it last saw, and one that starts matching as ADDED.
 //!
 //! # Server-side behaviour (hooks)
@@ -148,8 +152,19 @@
 //! # DELETE preconditions
 //!
 //! `preconditions.uid` and `preconditions.resourceVersion` are checked against the object when the
-//! delete is applied, under the plane's lock, on every path (IPAM's claim release included). A
-//! mismatch is 409, reason `Conflict`. A delete applied as it arrives is refused as the
+//! delete is applied, under the plane's lock, on every path, but for a kind whose service reads
+//! none: Milo's IPClaim (`AllocatingREST.Delete` consults `DeleteOptions` only for dry run), whose
+//! DELETE removes whatever claim holds the name when it is processed, however late it lands. It
+//! does so in two writes, as Milo does: the claim is written `Releasing` (a MODIFIED event, the
+//! rest of it unchanged) and committed, then released (its allocation freed or retained) and
+//! removed (DELETED); the answer is 200 with the claim as the first write left it. A release that
+//! fails leaves it `Releasing`, with its address and allocation, and answers 500 `release
+//! allocation after 3 attempts: ...`; a later DELETE runs both writes again. Finalizers do not
+//! hold a claim: Milo's delete never reads them.
+//! [`LocalPlaneBuilder::ipam_strict_deletes`] makes claim DELETEs read preconditions (at both
+//! writes); it is stricter than Milo, so it is the default of nothing.
+//!
+//! A mismatch is 409, reason `Conflict`. A delete applied as it arrives is refused as the
 //! registry's `BeforeDelete` refuses it: details `{name, group, kind: <Kind>}`, message
 //! `Operation cannot be fulfilled on <Kind>.<group> "<name>": the UID in the precondition (<want>)
 //! does not match the UID in record (<have>). The object might have been deleted and then
@@ -173,27 +188,37 @@
 //!   timeout; localplane stopping resets it);
 //! * a delayed commit: applied `commitDelayMs` after it arrived (with probability
 //!   `commitDelayRate`, every time when unset), in a task the client cannot cancel; a client
-//!   still waiting gets the real answer afterwards.
+//!   still waiting gets the real answer afterwards;
+//! * on a DELETE deleted in two writes (Milo's IPClaim), a failed release step (`when: release`
+//!   with `errorRate`: the claim stays `Releasing`, the answer is Milo's 500 unless `outcome`
+//!   withholds it) or a late one (`releaseDelayMs`, with probability `releaseDelayRate`), which
+//!   lands even if the client gave up.
 //!
 //! ```yaml
 //! seed: 7
 //! rules:
 //!   - {verb: create, resource: ipclaims, errorRate: 0.2, when: afterApply, outcome: reset}
 //!   - {plane: platform, verb: delete, resource: ipclaims, commitDelayMs: 5000}
+//!   - {verb: delete, resource: ipclaims, errorRate: 0.1, when: release}
+//!   - {verb: delete, resource: ipclaims, releaseDelayMs: 2000, releaseDelayRate: 0.5}
 //! ```
 //!
 //! Every kind injected is counted ([`Metrics::injected_faults`], by plane in
 //! [`Metrics::injected_faults_by_plane`], and `injectedFaults` in
 //! `GET /localplane/metrics`); a request answered with nothing is counted with `code` 0. A
 //! configuration with a rate outside [0, 1], an unknown field, or (on a rule that can fail) a
-//! code outside 400–599 or a `code` on a `reset` or `hang` is refused with a message naming it.
+//! code outside 400–599 or a `code` on a `reset` or `hang`, a release fault on a rule whose verb
+//! is not `delete`, or a `code` on a `when: release` rule is refused with a message naming it.
 //!
 //! # Admin endpoints (unauthenticated, loopback only)
 //!
 //! * `GET /localplane/metrics`: `{"total": N, "requests": [{plane, verb, resource, code, count}],
 //!   "injectedFaults": {"beforeApply": {status, reset, hang}, "afterApply": {..},
-//!   "delayedCommits": N}}`; `DELETE` resets.
+//!   "delayedCommits": N, "failedReleases": {..}, "delayedReleases": N}}`; `DELETE` resets.
 //! * `GET|POST|DELETE /localplane/faults`: read, replace (a [`FaultConfig`] as JSON or YAML), clear.
+//! * `GET /localplane/quotas/{project}`: the project's quotas, `{project, quotas: [{resource,
+//!   limit, used}]}`; `PUT|POST /localplane/quotas/{project}/{resource}` with `{"limit": N}` sets
+//!   one (`resource` as `ipclaims.ipam.miloapis.com`), `DELETE` lifts it.
 //! * `POST /localplane/projects/{name}`: add a project plane. `POST /localplane/compact/{plane}`:
 //!   drop a plane's watch history (resumed watches get 410 and relist). `GET /localplane/planes`.
 //!
@@ -237,11 +262,12 @@
 //                                                                  -> admin, shared, watch, rbac,
 //                                                                     table, openapi, discovery,
 //                                                                     plane, faults, ...
-//   admin       /localplane/* endpoints                            -> shared, faults
+//   admin       /localplane/* endpoints                            -> shared, faults, plane, hooks
 //   shared      the planes, identities, counters and faults a server shares
 //                                                                  -> plane, metrics, config, faults
 //   watch       watch streams                                      -> plane, store, selector
-//   plane/      one control plane: mod (registry, hooks), read, write, delete, tally
+//   plane/      one control plane: mod (registry, hooks), read, write, delete, release
+//               (two-step deletes), quota, tally
 //                                                                  -> store, resources, schema,
 //                                                                     selector, meta, fields
 //   fields/     field ownership (managedFields, server-side apply) and strategic merge

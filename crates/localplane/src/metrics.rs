@@ -108,7 +108,15 @@ impl Metrics {
         match when {
             FaultWhen::BeforeApply => i.before_apply.count(outcome),
             FaultWhen::AfterApply => i.after_apply.count(outcome),
+            FaultWhen::Release => i.failed_releases.count(outcome),
         }
+    }
+
+    pub(crate) fn record_delayed_release(&self, plane: &str) {
+        locks::lock(&self.injected)
+            .entry(plane.to_string())
+            .or_default()
+            .delayed_releases += 1;
     }
 
     pub(crate) fn record_delayed_commit(&self, plane: &str) {

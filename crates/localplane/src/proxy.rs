@@ -14,6 +14,9 @@
 //!   task of its own, so it lands even if the client gave up meanwhile;
 //! * watch streams cut after `watchCutAfterSeconds` (a broken connection, not a clean end).
 //!
+//! Release faults (`when: release`, `releaseDelayMs`) never fire here: they strike the second
+//! write of a DELETE that Milo's IPClaim takes in two, and kube-apiserver deletes nothing so.
+//!
 //! Answers stream through unbuffered (a watch event reaches the client when the server sends
 //! it), except those a fault has to see whole: an answer to drop after apply, a delayed commit.
 //! Requests are counted as localplane counts its own ([`Metrics`]), by plane, verb, resource
@@ -41,7 +44,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::error::ApiError;
-use crate::faults::{Failure, FaultConfig, FaultOutcome, FaultWhen, Faults};
+use crate::faults::{Failure, FaultConfig, FaultOutcome, FaultWhen, Faults, Reach};
 use crate::metrics::{Metrics, RequestKey};
 use crate::server::PROJECT_PREFIX;
 use crate::server::listen::{self, Connection, Silence};
@@ -280,12 +283,14 @@ async fn handle(State(p): State<Arc<Shared>>, req: Request) -> Response {
         return resp;
     };
     let watch = class.verb == Verb::Watch;
+    // kube-apiserver deletes nothing in two writes, so no request here has a release step.
+    let reach = if watch { Reach::Watch } else { Reach::Applies };
     let decision = p.faults.decide(
         &class.plane,
         class.verb.as_str(),
         &class.group,
         &class.fault_resource,
-        !watch,
+        reach,
     );
     let key = RequestKey {
         plane: class.plane.clone(),

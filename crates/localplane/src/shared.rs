@@ -9,6 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use crate::config::Identity;
 use crate::faults::Faults;
+use crate::hooks::ResourceKey;
 use crate::locks;
 use crate::metrics::{Metrics, RequestKey};
 use crate::plane::Plane;
@@ -21,6 +22,10 @@ pub(crate) struct ProjectTemplate {
     pub crds: Vec<CustomResourceDefinition>,
     pub namespaces: Vec<String>,
     pub setup: Vec<ProjectSetup>,
+    /// See [`Plane::set_strict_deletes`].
+    pub strict_deletes: bool,
+    /// Quotas by project name: each resource's most live objects.
+    pub quotas: BTreeMap<String, Vec<(ResourceKey, u64)>>,
 }
 
 pub(crate) struct Shared {
@@ -101,6 +106,10 @@ impl Shared {
         }
         for f in &self.template.setup {
             f(&plane);
+        }
+        plane.set_strict_deletes(self.template.strict_deletes);
+        for (res, limit) in self.template.quotas.get(name).into_iter().flatten() {
+            plane.set_quota(res, Some(*limit));
         }
         projects.insert(name.to_string(), plane.clone());
         plane

@@ -1,5 +1,6 @@
 //! Building a [`LocalPlane`]: kinds, projects, identities, faults and start-up objects.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,8 @@ use serde_json::{Value, json};
 use super::{KUBE_SYSTEM, LocalPlane};
 use crate::config::{Config, DEFAULT_ADMIN_TOKEN, Identity, Manifest};
 use crate::faults::{FaultConfig, Faults};
-use crate::plane::Plane;
+use crate::hooks::ResourceKey;
+use crate::plane::{Plane, parse_resource};
 use crate::resources::{load_crd_dir, parse_crds};
 use crate::shared::{ProjectSetup, ProjectTemplate, Shared};
 
@@ -32,6 +34,9 @@ pub struct LocalPlaneBuilder {
     project_namespaces: Vec<String>,
     manifests: Vec<Manifest>,
     on_project: Vec<ProjectSetup>,
+    strict_deletes: bool,
+    /// `(project, resource as spelled, limit)`.
+    quotas: Vec<(String, String, u64)>,
 }
 
 impl LocalPlane {
@@ -135,6 +140,26 @@ impl LocalPlaneBuilder {
         self
     }
 
+    /// IPClaim DELETEs on IPAM planes read `DeleteOptions.preconditions` (`uid`,
+    /// `resourceVersion`), as the generic registry does. Off by default, because Milo's
+    /// `AllocatingREST.Delete` reads none: a delete removes whatever claim holds the name when it
+    /// is processed. Strict mode is stricter than Milo, so a test that turns it on shows the
+    /// difference and nothing else. See [`Plane::set_strict_deletes`].
+    pub fn ipam_strict_deletes(mut self, strict: bool) -> Self {
+        self.strict_deletes = strict;
+        self
+    }
+
+    /// Milo's quota: project `project` may hold at most `limit` live objects of `resource`
+    /// (`<plural>.<group>`, as `ipclaims.ipam.miloapis.com`); a create past it is refused with
+    /// 403 in Milo's words. Also at runtime: [`Plane::set_quota`] or
+    /// `PUT /localplane/quotas/{project}/{resource}`.
+    pub fn quota(mut self, project: &str, resource: &str, limit: u64) -> Self {
+        self.quotas
+            .push((project.to_string(), resource.to_string(), limit));
+        self
+    }
+
     /// Runs for every project plane, including ones added later with
     /// [`LocalPlane::add_project`]: the place to register hooks (`plane.add_hooks(..)`).
     pub fn on_project(mut self, f: impl Fn(&Plane) + Send + Sync + 'static) -> Self {
@@ -155,6 +180,12 @@ impl LocalPlaneBuilder {
         self.cell_namespaces.extend(c.cell_namespaces);
         self.project_namespaces.extend(c.project_namespaces);
         self.manifests.extend(c.manifests);
+        self.strict_deletes |= c.ipam_strict_deletes;
+        for (project, limits) in c.quotas {
+            for (resource, limit) in limits {
+                self.quotas.push((project.clone(), resource, limit));
+            }
+        }
         if c.faults != FaultConfig::default() {
             self.faults = c.faults;
         }
@@ -187,6 +218,15 @@ impl LocalPlaneBuilder {
         for d in &self.project_crd_dirs {
             project_crds.extend(load_crd_dir(d)?);
         }
+        let mut quotas: BTreeMap<String, Vec<(ResourceKey, u64)>> = BTreeMap::new();
+        for (project, spelled, limit) in &self.quotas {
+            let res = parse_resource(spelled)
+                .map_err(|e| anyhow::anyhow!("quota of project {project:?}: {e}"))?;
+            quotas
+                .entry(project.clone())
+                .or_default()
+                .push((res, *limit));
+        }
         let mut identities = self.identities;
         if identities.is_empty() {
             identities.push(Identity::admin("admin", DEFAULT_ADMIN_TOKEN));
@@ -202,10 +242,26 @@ impl LocalPlaneBuilder {
                 crds: project_crds,
                 namespaces: self.project_namespaces,
                 setup: self.on_project,
+                strict_deletes: self.strict_deletes,
+                quotas: quotas.clone(),
             },
         )));
         for p in &self.projects {
             lp.add_project(p);
+        }
+        // A quota on a kind the project does not serve would never refuse anything: a typo.
+        for (project, limits) in &quotas {
+            let Some(plane) = lp.project(project) else {
+                continue;
+            };
+            for (res, _) in limits {
+                anyhow::ensure!(
+                    plane.def(res).is_some(),
+                    "quota of project {project:?}: it serves no resource {}.{}",
+                    res.plural,
+                    res.group
+                );
+            }
         }
         for m in &self.manifests {
             load_manifest(&lp, m)?;

@@ -3,6 +3,7 @@
 
 use super::errors::{self, Result};
 use super::index::IndexTxn;
+use super::namespaces::Liveness;
 use crate::hooks::{Caller, PlaneTxn};
 
 /// Everything a request handler needs.
@@ -12,8 +13,8 @@ pub(crate) struct Ctx<'a, 'b> {
     pub caller: &'a Caller,
     /// The plane's project (`None` on a plane of no project).
     pub project: Option<&'a str>,
-    /// The project holding the class catalog.
-    pub platform_project: &'a str,
+    /// What the claim path remembers of namespaces it found live.
+    pub liveness: &'a Liveness,
     pub plural: &'a str,
 }
 
@@ -21,21 +22,21 @@ impl Ctx<'_, '_> {
     /// The caller's project; every IPAM write is tenanted. The plane's own in-process admin
     /// writes (manifests loaded at start) carry no project and act for the plane's project.
     pub fn tenant(&self) -> Result<String> {
-        match (self.caller.project.as_deref(), self.project) {
-            (Some(p), _) if !p.is_empty() => Ok(p.to_string()),
-            (None, Some(p)) if self.caller.groups.iter().any(|g| g == "system:masters") => {
-                Ok(p.to_string())
-            }
-            _ => Err(errors::no_project_scope(self.plural)),
-        }
-    }
-
-    pub fn is_platform(&self) -> bool {
-        self.tenant().is_ok_and(|t| t == self.platform_project)
+        tenant(self.caller, self.project, self.plural)
     }
 
     /// The project the plane's own objects (pools) belong to.
     pub fn plane_project(&self) -> &str {
         self.project.unwrap_or("")
+    }
+}
+
+/// The project `caller` acts for on a plane of `project`, or the refusal of an untenanted write
+/// to `plural`; see [`Ctx::tenant`].
+pub(crate) fn tenant(caller: &Caller, project: Option<&str>, plural: &str) -> Result<String> {
+    match (caller.project.as_deref(), project) {
+        (Some(p), _) if !p.is_empty() => Ok(p.to_string()),
+        (None, Some(p)) if caller.groups.iter().any(|g| g == "system:masters") => Ok(p.to_string()),
+        _ => Err(errors::no_project_scope(plural)),
     }
 }

@@ -30,6 +30,7 @@ pub mod digest;
 mod errors;
 mod hooks;
 pub mod index;
+mod namespaces;
 mod pools;
 mod store;
 

@@ -1090,15 +1090,31 @@ fn a_write_without_a_project_is_refused() {
 }
 
 #[test]
-fn another_project_may_claim_only_consumer_facing_classes() {
+fn another_project_may_claim_any_class_but_a_container_one() {
+    // The line production runs has no class visibility gate: a class marked for the platform
+    // alone is handed to another project too.
     let p = Ipam::for_project("tenant");
-    flat(&p, "10.0.0.0/24", json!({"defaultPrefixLength": 32}));
-    assert_eq!(p.refuse(flat_claim("x")).code, 403);
-    let mut c = p.get("ipclasses", None, "flat").unwrap();
-    c["spec"]["visibility"] = json!("consumer");
-    p.update("ipclasses", c).unwrap();
+    flat(
+        &p,
+        "10.0.0.0/24",
+        json!({"defaultPrefixLength": 32, "visibility": "platform"}),
+    );
     let v = p.bind(flat_claim("x"));
     assert_eq!(v["spec"]["ownerRef"]["name"], "tenant");
+    p.create(
+        "ipclasses",
+        class(
+            "holder",
+            json!({"ipFamily": "IPv4", "defaultPrefixLength": 24, "poolPer": ["network"]}),
+        ),
+    )
+    .unwrap();
+    let e = p.refuse(claim("y").with("className", json!("holder")));
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "ipclasses.ipam.miloapis.com \"holder\" is forbidden: caller may not claim addresses of this class"
+    );
 }
 
 #[test]

@@ -37,7 +37,11 @@ impl Plane {
     ///
     /// The preconditions are checked against the object as it is when the delete is applied,
     /// under the same lock as the removal, so a delete that arrives early and lands late can
-    /// never remove an object created in between.
+    /// never remove an object created in between; unless the service this plane stands in for
+    /// reads none for the kind (Milo's IPClaim), which a strict plane overrides.
+    ///
+    /// A kind its service deletes in two writes ([`StorageHooks::deletes_in_two_steps`]) takes
+    /// both here, one after the other, and answers with the object as the first left it.
     pub(crate) fn delete(
         &self,
         def: &Arc<ResourceDef>,
@@ -55,6 +59,13 @@ impl Plane {
                 "this namespace may not be deleted",
             ));
         }
+        if self.deletes_in_two_steps(&key) {
+            let marked = self.mark_for_release(def, ns, name, opts, caller)?;
+            if !opts.dry_run {
+                self.finish_release(def, ns, name, &marked, opts, caller)?;
+            }
+            return Ok(marked);
+        }
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
         let st = &mut *guard;
@@ -63,7 +74,9 @@ impl Plane {
             .get(&key, ns.unwrap_or(""), name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
-        check_preconditions(def, name, &old, opts)?;
+        if self.reads_delete_preconditions(&key) {
+            check_preconditions(def, name, &old, opts)?;
+        }
         let mut txn = Txn::new(&mut st.store, &st.registry);
         let out = if key == namespaces_key() {
             let marked = mark_deleting(&mut txn, &key, &old, true);
@@ -101,7 +114,9 @@ impl Plane {
 impl Plane {
     /// DELETE of a collection: every object the list's selectors match, each deleted as its own
     /// DELETE would be (preconditions, finalizers, hooks, one event each). Answers with the
-    /// list as it was read; the first failure, if any, after trying them all.
+    /// list as it was read (for a kind deleted in two writes, as Milo answers: the objects it
+    /// deleted, as their first write left them); the first failure, if any, after trying them
+    /// all.
     pub(crate) fn delete_collection(
         &self,
         def: &Arc<ResourceDef>,
@@ -115,19 +130,24 @@ impl Plane {
                 "the server does not allow this method on the requested resource",
             ));
         }
-        let listed = self.list(def, ns, q)?;
+        let mut listed = self.list(def, ns, q)?;
+        let two_steps = self.deletes_in_two_steps(&def.key());
+        let mut deleted = vec![];
         let mut failed = None;
         for obj in &listed.items {
             let obj_ns = meta::str_at(obj, "/metadata/namespace");
             let name = meta::str_at(obj, "/metadata/name");
             let ns = def.namespaced.then_some(obj_ns);
             match self.delete(def, ns, name, opts, caller) {
-                Ok(_) => {}
+                Ok(out) => deleted.push(Arc::new(out)),
                 Err(e) if e.0.reason == "NotFound" => {}
                 Err(e) => {
                     failed.get_or_insert(e);
                 }
             }
+        }
+        if two_steps {
+            listed.items = deleted;
         }
         match failed {
             Some(e) => Err(e),
@@ -139,7 +159,7 @@ impl Plane {
 /// The answer to a precondition the stored object does not meet. A delete applied as it
 /// arrives is refused by the registry's `BeforeDelete` (by Kind, in its words, as the real
 /// apiserver showed); one that lands late, by the storage layer (by plural, in its words).
-fn check_preconditions(
+pub(super) fn check_preconditions(
     def: &ResourceDef,
     name: &str,
     old: &Value,

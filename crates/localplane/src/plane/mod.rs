@@ -2,15 +2,20 @@
 //!
 //! The write semantics the apiserver applies to every request are split by what they do:
 //! [`read`] (get, list, `continue` pages), [`write`] (admission, create, update, patch),
-//! [`delete`] (preconditions, finalizers, namespace draining) and [`tally`] (the live counts the
-//! bench polls). This file holds the plane itself and access to its registry.
+//! [`delete`] (preconditions, finalizers, namespace draining), [`release`] (a delete its service
+//! carries out in two writes), [`quota`] (Milo's quota on live objects) and [`tally`] (the live
+//! counts the bench polls). This file holds the plane itself and access to its registry.
 
 mod crds;
 mod delete;
+mod quota;
 mod read;
+mod release;
 mod tally;
 mod write;
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -22,6 +27,7 @@ use crate::resources::{Registry, ResourceDef};
 use crate::store::Store;
 
 pub(crate) use delete::DeleteOpts;
+pub(crate) use quota::parse_resource;
 pub(crate) use read::ListQuery;
 pub use tally::Tally;
 pub(crate) use write::{FieldValidation, PatchKind, Target, WriteOpts, Written, created_fields};
@@ -35,6 +41,11 @@ struct PlaneInner {
     project: Option<String>,
     state: RwLock<PlaneState>,
     hooks: RwLock<Vec<Arc<dyn StorageHooks>>>,
+    /// Read DELETE preconditions on every kind, even where the service does not (see
+    /// [`Plane::set_strict_deletes`]).
+    strict_deletes: AtomicBool,
+    /// The most live objects of a resource the plane admits (Milo's quota), by resource.
+    quotas: RwLock<BTreeMap<ResourceKey, u64>>,
 }
 
 /// What the plane's lock guards: the kinds it serves and their objects.
@@ -53,6 +64,8 @@ impl Plane {
                 store: Store::new(history),
             }),
             hooks: RwLock::new(vec![]),
+            strict_deletes: AtomicBool::new(false),
+            quotas: RwLock::new(BTreeMap::new()),
         }));
         plane.ensure_namespace("default");
         plane
@@ -88,6 +101,32 @@ impl Plane {
             .filter(|h| h.handles(key))
             .cloned()
             .collect()
+    }
+
+    /// Whether a DELETE of `key` reads its preconditions here: unless the plane is strict, only
+    /// when every hook's service does.
+    fn reads_delete_preconditions(&self, key: &ResourceKey) -> bool {
+        self.0.strict_deletes.load(Ordering::Relaxed)
+            || self
+                .hooks_for(key)
+                .iter()
+                .all(|h| h.reads_delete_preconditions(key))
+    }
+
+    /// Reads `DeleteOptions.preconditions` on every kind, also where the service this plane
+    /// stands in for reads none (Milo's IPClaim DELETE). Off by default: a strict plane is
+    /// stricter than Milo, so it is for a test that shows the difference, never the default of
+    /// one.
+    pub fn set_strict_deletes(&self, strict: bool) {
+        self.0.strict_deletes.store(strict, Ordering::Relaxed);
+    }
+
+    /// Drops what the plane's hooks remember from lookups outside its store (Milo's namespace
+    /// liveness answers), as the passing of their time would.
+    pub fn forget_lookups(&self) {
+        for h in locks::read(&self.0.hooks).iter() {
+            h.forget_lookups();
+        }
     }
 
     /// Serves a CRD's kind on this plane, as if the CRD were applied to it: the CRD object is

@@ -498,7 +498,12 @@ impl Plane {
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
         let st = &mut *guard;
-        if let Some(ns) = ns {
+        // Milo's quota admission runs before IPAM's own checks; a dry run claims no share.
+        if !opts.dry_run {
+            self.check_quota(&st.store, &key, &name)?;
+        }
+        let hook_checks_namespace = hooks.iter().any(|h| h.checks_namespace(&key));
+        if let Some(ns) = ns.filter(|_| !hook_checks_namespace) {
             match st.store.get(&namespaces_key(), "", ns) {
                 None => return Err(ApiError::namespace_not_found(ns)),
                 Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {

@@ -6,6 +6,7 @@
 
 mod impersonate;
 pub(crate) mod listen;
+mod release;
 mod resource;
 mod respond;
 mod review;

@@ -12,13 +12,14 @@ use serde_json::{Value, json};
 
 use super::impersonate::Subject;
 use super::listen::Silence;
+use super::release::{self, ReleaseFaults};
 use super::respond::{
     Shape, as_version, json_body, json_response, list_body, ok_json, resource_not_found,
 };
 use super::review;
 use super::routes::{Query, ResourcePath, Verb};
 use crate::error::ApiError;
-use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen};
+use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen, Reach};
 use crate::hooks::Caller;
 use crate::kinds::BuiltinKind;
 use crate::metrics::InFlight;
@@ -47,17 +48,17 @@ pub(crate) struct Request<'a> {
 }
 
 /// A request resolved to the kind it addresses.
-struct Call {
+pub(super) struct Call {
     /// Who the tokens are (a TokenReview asks).
     shared: Arc<Shared>,
-    plane: Plane,
-    def: Arc<ResourceDef>,
-    caller: Caller,
+    pub(super) plane: Plane,
+    pub(super) def: Arc<ResourceDef>,
+    pub(super) caller: Caller,
     /// Whom the request acts as (the reviews answer about them).
     subject: Subject,
     rbac: bool,
     verb: Verb,
-    path: ResourcePath,
+    pub(super) path: ResourcePath,
     query: Query,
     shape: Shape,
     content_type: String,
@@ -79,8 +80,15 @@ impl Call {
         }
     }
 
-    fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         self.path.name.as_deref().unwrap_or("")
+    }
+
+    /// The `DeleteOptions` of a DELETE, with whether it lands late.
+    pub(super) fn delete_opts(&self, body: &[u8]) -> Result<DeleteOpts, ApiError> {
+        let mut opts = delete_opts(body, self.write_opts().dry_run)?;
+        opts.late_commit = self.late_commit;
+        Ok(opts)
     }
 
     fn write_opts(&self) -> WriteOpts {
@@ -109,9 +117,9 @@ pub(crate) enum Reply {
 /// Counts a request once its answer is decided, wherever that happens (a delayed commit decides
 /// it in a task of its own, even after the client left).
 #[derive(Clone)]
-struct Count {
-    shared: Arc<Shared>,
-    plane: String,
+pub(super) struct Count {
+    pub(super) shared: Arc<Shared>,
+    pub(super) plane: String,
     verb: Verb,
     resource: String,
     /// Dropped with the last clone, after the answer is counted.
@@ -119,13 +127,13 @@ struct Count {
 }
 
 impl Count {
-    fn answer(&self, r: Result<Response, ApiError>) -> Reply {
+    pub(super) fn answer(&self, r: Result<Response, ApiError>) -> Reply {
         let resp = r.unwrap_or_else(IntoResponse::into_response);
         self.record(resp.status().as_u16());
         Reply::Answer(resp)
     }
 
-    fn fail(&self, f: Failure) -> Reply {
+    pub(super) fn fail(&self, f: Failure) -> Reply {
         self.shared
             .metrics
             .record_failure(&self.plane, f.when, f.outcome);
@@ -162,8 +170,16 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
+    let mut release = ReleaseFaults {
+        delay: decision.release_delay,
+        failure: None,
+    };
     let (before, after) = match decision.failure {
         Some(f) if f.when == FaultWhen::BeforeApply => (Some(f), None),
+        Some(f) if f.when == FaultWhen::Release => {
+            release.failure = Some(f);
+            (None, None)
+        }
         other => (None, other),
     };
     if let Some(f) = before {
@@ -185,7 +201,7 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
         Err(e) => return count.answer(Err(e)),
     };
     if decision.commit_delay.is_zero() {
-        return settle(&count, &call, &body, after);
+        return settle(&count, &call, &body, after, release).await;
     }
     count.shared.metrics.record_delayed_commit(&count.plane);
     let delay = decision.commit_delay;
@@ -195,7 +211,7 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     // the commit must land anyway.
     let commit = tokio::spawn(async move {
         tokio::time::sleep(delay).await;
-        settle(&late, &call, &body, after)
+        settle(&late, &call, &body, after, release).await
     });
     match commit.await {
         Ok(reply) => reply,
@@ -208,7 +224,16 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
 }
 
 /// Applies the request, then answers it, or replaces the answer with an after-apply fault.
-fn settle(count: &Count, call: &Call, body: &[u8], after: Option<Failure>) -> Reply {
+async fn settle(
+    count: &Count,
+    call: &Call,
+    body: &[u8],
+    after: Option<Failure>,
+    release: ReleaseFaults,
+) -> Reply {
+    if is_two_step_delete(call) {
+        return release::delete(count, call, body, after, release).await;
+    }
     let answer = apply(call, body);
     match after {
         None => count.answer(answer),
@@ -225,14 +250,26 @@ fn admit(req: Request<'_>) -> Result<(Call, Decision), ApiError> {
         Some(s) => format!("{}/{s}", call.def.plural),
         None => call.def.plural.clone(),
     };
+    let reach = if call.verb == Verb::Watch {
+        Reach::Watch
+    } else if is_two_step_delete(&call) {
+        Reach::TwoStepDelete
+    } else {
+        Reach::Applies
+    };
     let decision = shared.faults.decide(
         call.plane.name(),
         call.verb.as_str(),
         &call.def.group,
         &fault_resource,
-        call.verb != Verb::Watch,
+        reach,
     );
     Ok((call, decision))
+}
+
+/// A DELETE of a kind the plane deletes in two writes (Milo's IPClaim).
+fn is_two_step_delete(call: &Call) -> bool {
+    call.verb == Verb::Delete && call.plane.deletes_in_two_steps(&call.def.key())
 }
 
 /// Finds the kind and checks the path fits it (scope, subresource, verb).
@@ -630,8 +667,7 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
-    let mut opts = delete_opts(body, call.write_opts().dry_run)?;
-    opts.late_commit = call.late_commit;
+    let opts = call.delete_opts(body)?;
     let out = call.plane.delete(
         &call.def,
         call.path.namespace.as_deref(),
@@ -651,8 +687,7 @@ fn delete_collection(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
             "the server does not allow this method on the requested resource",
         ));
     }
-    let mut opts = delete_opts(body, call.write_opts().dry_run)?;
-    opts.late_commit = call.late_commit;
+    let opts = call.delete_opts(body)?;
     let (labels, fields) = selectors(def, &call.query)?;
     let q = ListQuery {
         labels: &labels,

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::fixtures::{
     ADMIN, CLAIM_NAMESPACE, CONTROLLER, INVENTORY, PLATFORM_PROJECT, ROOT_CIDR, SHARD_NAMESPACE,
+    claims_key,
 };
 use super::world::World;
 use crate::app::LocalPlane;
@@ -36,6 +37,7 @@ pub struct WorldBuilder {
     claim_namespace: String,
     shard_namespace: String,
     namespaces: Vec<String>,
+    project_namespaces: Vec<String>,
     identities: Vec<Identity>,
     rbac: bool,
     manifests: Vec<(String, PathBuf)>,
@@ -43,6 +45,8 @@ pub struct WorldBuilder {
     tls: bool,
     watch_history: Option<usize>,
     cell_only: bool,
+    strict_deletes: bool,
+    claim_quota: Option<u64>,
 }
 
 impl World {
@@ -58,6 +62,7 @@ impl World {
             claim_namespace: CLAIM_NAMESPACE.into(),
             shard_namespace: SHARD_NAMESPACE.into(),
             namespaces: vec![],
+            project_namespaces: vec![],
             identities: vec![],
             rbac: false,
             manifests: vec![],
@@ -65,6 +70,8 @@ impl World {
             tls: false,
             watch_history: None,
             cell_only: false,
+            strict_deletes: false,
+            claim_quota: None,
         }
     }
 }
@@ -92,6 +99,28 @@ impl WorldBuilder {
     /// Another cell namespace to create at start.
     pub fn namespace(mut self, name: &str) -> Self {
         self.namespaces.push(name.into());
+        self
+    }
+
+    /// Another namespace of the platform project to create at start (besides the claim
+    /// namespace): IPAM refuses a claim into a namespace the project does not have.
+    pub fn project_namespace(mut self, name: &str) -> Self {
+        self.project_namespaces.push(name.into());
+        self
+    }
+
+    /// Milo's quota on the platform project's IPClaims from the start (none by default); see
+    /// [`World::set_claim_quota`].
+    pub fn claim_quota(mut self, limit: u64) -> Self {
+        self.claim_quota = Some(limit);
+        self
+    }
+
+    /// IPClaim DELETEs read their preconditions, which Milo's never do (off by default; see
+    /// [`crate::LocalPlaneBuilder::ipam_strict_deletes`]). For a test that shows the difference
+    /// strict mode makes, never for one that stands for production.
+    pub fn ipam_strict_deletes(mut self, strict: bool) -> Self {
+        self.strict_deletes = strict;
         self
     }
 
@@ -171,7 +200,14 @@ impl WorldBuilder {
             b = b
                 .project(&self.project)
                 .project_namespace(&self.claim_namespace)
-                .ipam(self.project.as_str());
+                .ipam(self.project.as_str())
+                .ipam_strict_deletes(self.strict_deletes);
+            for ns in &self.project_namespaces {
+                b = b.project_namespace(ns);
+            }
+            if let Some(limit) = self.claim_quota {
+                b = b.quota(&self.project, &claims_resource(), limit);
+            }
         }
         if let Some(h) = self.watch_history {
             b = b.watch_history(h);
@@ -252,4 +288,10 @@ fn apply_inventory(
         platform.apply_object(doc).map_err(|e| fail(e.0.message))?;
     }
     Ok(())
+}
+
+/// The IPClaim resource as a quota names it.
+fn claims_resource() -> String {
+    let k = claims_key();
+    format!("{}.{}", k.plural, k.group)
 }

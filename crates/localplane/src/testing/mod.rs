@@ -31,6 +31,15 @@
 //!   whatever others the builder adds;
 //! * request counters reset after all of that, so they count only what the test does.
 //!
+//! IPAM answers as Milo's production line does: a claim DELETE reads no preconditions and takes
+//! two writes (`Releasing`, then the release), a claim into a missing or terminating namespace is
+//! refused with 403, and a quota, when set, refuses with 403. A test sets the quota
+//! ([`WorldBuilder::claim_quota`], [`World::set_claim_quota`]), ends namespaces of the platform
+//! project ([`World::terminate_project_namespace`], [`World::delete_project_namespace`]), and
+//! fails or holds a claim's release with fault rules (`when: release`, `releaseDelayMs`).
+//! [`WorldBuilder::ipam_strict_deletes`] is for a test that shows what strict mode changes, never
+//! the default of one.
+//!
 //! A second world built with [`WorldBuilder::cell_only`] is a cell with no IPAM of its own: its
 //! controller claims from the first world's IPAM, as two cells of one location do.
 //!

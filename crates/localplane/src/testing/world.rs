@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use egress_api::ipam::{IPAllocation, IPClaim};
 use egress_api::shard::EgressShard;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::Value;
 
 use super::fixtures::{ADMIN, claims_key, shard_object, shards_key};
@@ -14,6 +15,9 @@ use super::hooks::OnClaimCreate;
 use crate::app::Running;
 use crate::faults::{FaultConfig, FaultRule};
 use crate::hooks::StorageHooks;
+
+/// The finalizer [`World::terminate_project_namespace`] holds a namespace with.
+const TERMINATING_HOLD: &str = "localplane.test/terminating";
 
 /// A localplane serving a cell and (unless cell-only) the platform project with IPAM; see the
 /// [module documentation](super). Dropping it stops serving and removes its folder.
@@ -240,6 +244,88 @@ impl World {
             .into_iter()
             .filter_map(|e| e.reason)
             .collect()
+    }
+
+    /// Sets (or, with `None`, lifts) Milo's quota on the platform project's IPClaims: a create
+    /// that would make more than `limit` live claims (a claim still `Releasing` counts) is refused
+    /// with 403 Forbidden in Milo's words. The same as `PUT /localplane/quotas/{project}/
+    /// ipclaims.ipam.miloapis.com`.
+    ///
+    /// # Panics
+    /// In a cell-only world.
+    pub fn set_claim_quota(&self, limit: Option<u64>) {
+        self.platform().set_quota(&claims_key(), limit);
+    }
+
+    /// How many IPClaims the platform project holds, `Releasing` ones included: what its quota
+    /// counts (a store read, no request).
+    ///
+    /// # Panics
+    /// In a cell-only world.
+    pub fn live_claims(&self) -> usize {
+        self.platform().live_count(&claims_key())
+    }
+
+    /// Creates namespace `name` in the platform project, if it has none of that name (no request).
+    ///
+    /// # Panics
+    /// In a cell-only world.
+    pub fn add_project_namespace(&self, name: &str) {
+        self.platform().ensure_namespace(name);
+    }
+
+    /// Deletes namespace `name` of the platform project over HTTP while a finalizer of the
+    /// test's holds it: it stays `Terminating` (what was in it is deleted, as the namespace
+    /// controller deletes it) until [`World::finish_project_namespace`]. IPAM then looks it up
+    /// afresh, as Milo does once its ten-second memory of a live namespace has passed, so the next
+    /// claim into it is refused with 403.
+    ///
+    /// # Panics
+    /// When the namespace does not exist or may not be deleted (`default`), or in a cell-only
+    /// world.
+    pub async fn terminate_project_namespace(&self, name: &str) {
+        let api = self.project_namespaces();
+        let held = serde_json::json!({"metadata": {"finalizers": [TERMINATING_HOLD]}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&held))
+            .await
+            .unwrap_or_else(|e| panic!("holding namespace {name}: {e}"));
+        self.delete_project_namespace(name).await;
+    }
+
+    /// Lets go of a namespace [`World::terminate_project_namespace`] holds, over HTTP: it is gone.
+    ///
+    /// # Panics
+    /// When the namespace is not held, or in a cell-only world.
+    pub async fn finish_project_namespace(&self, name: &str) {
+        let api = self.project_namespaces();
+        let released = serde_json::json!({"metadata": {"finalizers": null}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&released))
+            .await
+            .unwrap_or_else(|e| panic!("letting go of namespace {name}: {e}"));
+    }
+
+    /// Deletes namespace `name` of the platform project over HTTP, and what is in it (its claims
+    /// are released); see [`World::terminate_project_namespace`] for what IPAM remembers.
+    ///
+    /// # Panics
+    /// When the namespace does not exist or may not be deleted (`default`), or in a cell-only
+    /// world.
+    pub async fn delete_project_namespace(&self, name: &str) {
+        self.project_namespaces()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting namespace {name}: {e}"));
+        self.platform().forget_lookups();
+    }
+
+    fn project_namespaces(&self) -> Api<Namespace> {
+        Api::all(self.ipam_admin())
+    }
+
+    fn platform(&self) -> crate::plane::Plane {
+        self.lp
+            .project(&self.project)
+            .expect("a cell-only world has no platform project")
     }
 
     /// Forgets every request counted so far.

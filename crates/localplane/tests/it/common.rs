@@ -110,15 +110,25 @@ pub fn api_err(e: kube::Error) -> Status {
 
 /// The platform and a tenant project, each serving Milo IPAM, over plain HTTP.
 pub async fn start_ipam() -> Running {
-    let lp = LocalPlane::builder()
+    serve(ipam_builder()).await
+}
+
+/// What [`start_ipam`] serves, for a test that adds to it.
+pub fn ipam_builder() -> LocalPlaneBuilder {
+    LocalPlane::builder()
         .project(PLATFORM)
         .project("tenant")
         .project_namespace("default")
         .identity(Identity::admin("admin", "admin-token"))
         .ipam(PLATFORM)
-        .build()
-        .unwrap();
-    lp.serve("127.0.0.1:0".parse().unwrap()).await.unwrap()
+}
+
+/// Replaces the fault rules over the admin endpoint, as a test harness in another process would.
+pub async fn set_faults(lp: &Running, rules: Value) {
+    let body = json!({"seed": 1, "rules": rules}).to_string();
+    let url = format!("{}/localplane/faults", lp.base_url());
+    let (code, _, text) = raw("POST", &url, None, &[], &body).await;
+    assert_eq!(code, 200, "{text}");
 }
 
 /// An IPClaim in namespace `default`.

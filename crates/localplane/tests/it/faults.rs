@@ -1,6 +1,7 @@
 //! The faults behind real races, over real HTTP with kube-rs against Milo IPAM: a write applied
 //! whose answer was lost (a 500, a reset connection, no answer at all), a commit that lands after
-//! the client gave up, and a late DELETE whose uid precondition no longer holds.
+//! the client gave up, and preconditions in strict mode. What a claim DELETE's two steps and
+//! their faults do is in `ipam_release`.
 
 use std::time::Duration;
 
@@ -12,7 +13,9 @@ use localplane::{FaultOutcomes, LocalPlane, Running};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{ADMIN_TOKEN, PLATFORM, api_err, claim, flat, raw, start_ipam};
+use crate::common::{
+    ADMIN_TOKEN, PLATFORM, api_err, claim, flat, ipam_builder, raw, serve, set_faults, start_ipam,
+};
 
 fn claims(c: Client) -> Api<IPClaim> {
     Api::namespaced(c, "default")
@@ -23,14 +26,6 @@ fn impatient(lp: &Running, ms: u64) -> Client {
     let mut cfg = lp.http_config(PLATFORM, "admin");
     cfg.read_timeout = Some(Duration::from_millis(ms));
     Client::try_from(cfg).unwrap()
-}
-
-/// Replaces the fault rules over the admin endpoint, as a test harness in another process would.
-async fn set_faults(lp: &Running, rules: Value) {
-    let body = json!({"seed": 1, "rules": rules}).to_string();
-    let url = format!("{}/localplane/faults", lp.base_url());
-    let (code, _, text) = raw("POST", &url, None, &[], &body).await;
-    assert_eq!(code, 200, "{text}");
 }
 
 /// The platform plane with a flat IPv6 class, and a client for it.
@@ -179,65 +174,12 @@ async fn a_delayed_delete_lands_after_the_client_timed_out() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_late_delete_naming_an_earlier_claim_spares_the_newer_one() {
-    let (lp, c) = ipam().await;
-    let api = claims(c.clone());
-    let pp = PostParams::default();
-    let first = api.create(&pp, &flat_claim("x")).await.unwrap();
-    let first_uid = first.uid().unwrap();
-    set_faults(
-        &lp,
-        json!([{"verb": "delete", "resource": "ipclaims", "commitDelayMs": 3000}]),
-    )
-    .await;
-    // Sent while the first claim is there, with its uid as the precondition; applied 3 s later.
-    let late = {
-        let api = api.clone();
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(first_uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        tokio::spawn(async move { api.delete("x", &dp).await })
-    };
-    while lp.metrics().injected_faults().delayed_commits == 0 {
-        tokio::task::yield_now().await;
-    }
-    lp.faults().clear();
-    api.delete("x", &DeleteParams::default()).await.unwrap();
-    let second = api.create(&pp, &flat_claim("x")).await.unwrap();
-    let second_uid = second.uid().unwrap();
-    assert_ne!(first_uid, second_uid);
-
-    let e = api_err(
-        late.await
-            .unwrap()
-            .expect_err("the precondition fails when applied"),
-    );
-    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
-    assert_eq!(
-        e.message,
-        format!(
-            "Operation cannot be fulfilled on ipclaims.ipam.miloapis.com \"x\": Precondition failed: \
-             UID in precondition: {first_uid}, UID in object meta: {second_uid}"
-        )
-    );
-    let d = e.details.unwrap();
-    assert_eq!(
-        (d.name.as_str(), d.group.as_str(), d.kind.as_str()),
-        ("x", "ipam.miloapis.com", "ipclaims")
-    );
-    let kept = api.get("x").await.unwrap();
-    assert_eq!(kept.uid(), Some(second_uid));
-    assert!(bound(&kept));
-    lp.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_resource_version_precondition_is_checked_too() {
-    let (lp, c) = ipam().await;
+async fn in_strict_mode_a_resource_version_precondition_is_checked_too() {
+    // Milo reads no preconditions on a claim DELETE; strict mode reads them as the generic
+    // registry does (the late uid case is in `ipam_release`).
+    let lp = serve(ipam_builder().ipam_strict_deletes(true)).await;
+    let c = lp.http_client(PLATFORM, "admin").unwrap();
+    flat(&c, "2001:db8::/64", json!({"defaultPrefixLength": 128})).await;
     let api = claims(c);
     let made = api
         .create(&PostParams::default(), &flat_claim("x"))

@@ -1,8 +1,9 @@
 //! The shared test world (`localplane::testing`): what it holds when it starts, and what it
 //! refuses to start with.
 
-use egress_api::ipam::IPPool;
+use egress_api::ipam::{IPClaim, IPPool};
 use kube::Api;
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use localplane::testing::{
     ADDRESS_CLASS, ADMIN, CONTROLLER, LOCATION, PLATFORM_PROJECT, ROOT_CIDR, SHARD_NAMESPACE,
     World, WorldError, workspace_root,
@@ -101,4 +102,99 @@ async fn a_missing_inventory_or_a_bad_manifest_is_named() {
     let err = refusal(World::builder(config()).object("cell", nothing)).await;
     assert!(matches!(err, WorldError::Object { .. }), "{err}");
     assert!(err.to_string().contains("Nothing"), "{err}");
+}
+
+/// A claim of the shipped class in `ns`, created over HTTP as the admin.
+async fn claim_in(world: &World, ns: &str, name: &str) -> Result<IPClaim, kube::core::Status> {
+    let claim: IPClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"className": ADDRESS_CLASS, "ipFamily": "IPv6", "prefixLength": 128,
+                 "scope": {"location": {"apiGroup": "networking.datumapis.com", "kind": "Location", "name": LOCATION}}},
+    }))
+    .unwrap();
+    Api::<IPClaim>::namespaced(world.ipam_admin(), ns)
+        .create(&PostParams::default(), &claim)
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) => *s,
+            other => panic!("{other:?}"),
+        })
+}
+
+#[tokio::test]
+async fn a_world_sets_the_claim_quota_and_ends_project_namespaces_for_a_test() {
+    let world = World::builder(config())
+        .project_namespace("more")
+        .project_namespace("gone")
+        .claim_quota(1)
+        .start()
+        .await
+        .unwrap();
+    claim_in(&world, "default", "a").await.unwrap();
+    let e = claim_in(&world, "more", "b").await.expect_err("over quota");
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message.contains("Insufficient quota resources available"),
+        "{}",
+        e.message
+    );
+    world.set_claim_quota(None);
+    claim_in(&world, "more", "b").await.unwrap();
+    assert_eq!(world.live_claims(), 2);
+
+    world.terminate_project_namespace("more").await;
+    assert_eq!(world.live_claims(), 1, "the namespace's claim went with it");
+    let e = claim_in(&world, "more", "c")
+        .await
+        .expect_err("terminating");
+    assert!(
+        e.message.contains("because it is being terminated"),
+        "{}",
+        e.message
+    );
+    world.finish_project_namespace("more").await;
+    let e = claim_in(&world, "more", "c").await.expect_err("gone");
+    assert!(
+        e.message.contains("namespace more does not exist"),
+        "{}",
+        e.message
+    );
+
+    world.delete_project_namespace("gone").await;
+    let e = claim_in(&world, "gone", "c").await.expect_err("gone");
+    assert_eq!(e.code, 403);
+    world.add_project_namespace("gone");
+    claim_in(&world, "gone", "c").await.unwrap();
+    world.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_strict_world_reads_claim_delete_preconditions_and_a_default_one_does_not() {
+    for strict in [false, true] {
+        let world = World::builder(config())
+            .ipam_strict_deletes(strict)
+            .start()
+            .await
+            .unwrap();
+        claim_in(&world, "default", "a").await.unwrap();
+        let dp = DeleteParams::default().preconditions(Preconditions {
+            uid: Some("not-its-uid".into()),
+            resource_version: None,
+        });
+        let answer = world.claims().delete("a", &dp).await;
+        match strict {
+            false => assert!(
+                answer.is_ok() && world.claim_now("a").is_none(),
+                "{answer:?}"
+            ),
+            true => {
+                assert!(
+                    matches!(answer, Err(kube::Error::Api(ref s)) if s.code == 409),
+                    "{answer:?}"
+                );
+                assert!(world.claim_now("a").is_some());
+            }
+        }
+        world.shutdown().await;
+    }
 }
