@@ -233,3 +233,82 @@ async fn on_a_real_cell_drift_is_reported_and_never_rewritten() {
     );
     ctl.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn on_a_real_cell_a_delete_landing_after_the_shard_was_recreated_frees_nothing_of_the_new_one()
+ {
+    const NS: &str = "real-late-delete";
+    let ipam = Plane::start().await;
+    let (admin, shards) = real_shards(NS).await;
+    let cell = cell_id(&admin).await;
+    // IPAM is slower than the controller waits: its claim DELETE times out and is retried, and
+    // every copy lands after the shard came back under its name and was claimed for. Milo (and
+    // localplane's stand-in by default) reads no precondition on it.
+    let ctl = controller_on_real(NS, &ipam, |s| {
+        s.request_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let first = create(&shards, "racer").await;
+    addressed_on(&shards, "racer").await;
+    ipam.set_faults(vec![localplane::FaultRule {
+        plane: Some(PLATFORM.into()),
+        verb: Some("delete".into()),
+        resource: Some("ipclaims".into()),
+        commit_delay_ms: 1500,
+        ..Default::default()
+    }]);
+    shards
+        .delete("racer", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(20, "a release on its way", || async {
+        (ipam.lp().metrics().injected_faults().delayed_commits >= 1).then_some(())
+    })
+    .await;
+    let second = create(&shards, "racer").await;
+    let again = eventually(30, "the new shard addressed", || async {
+        let s = shards.get("racer").await.ok()?;
+        (s.metadata.uid == second.metadata.uid && !s.spec.shard_address_ipv6.is_empty())
+            .then_some(s)
+    })
+    .await;
+    eventually(30, "every delayed delete landed", || async {
+        let m = ipam.lp().metrics();
+        let landed = m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims"));
+        (landed >= m.injected_faults().delayed_commits).then_some(())
+    })
+    .await;
+    ipam.clear_faults();
+    let newcomer = create(&shards, "newcomer").await;
+    let newcomer = eventually(30, "the newcomer addressed", || async {
+        let s = shards.get("newcomer").await.ok()?;
+        (s.metadata.uid == newcomer.metadata.uid && !s.spec.shard_address_ipv6.is_empty())
+            .then_some(s)
+    })
+    .await;
+
+    let name = claim_name(&cell, NS, "racer", again.metadata.uid.as_deref().unwrap());
+    let claim = ipam
+        .claim_now(&name)
+        .expect("a late delete freed the live shard's claim");
+    assert_eq!(annotation(&claim, ANNOTATION_SHARD_UID), again.metadata.uid);
+    assert_eq!(
+        claim.status.unwrap().allocated_cidr,
+        format!("{}/128", again.spec.shard_address_ipv6)
+    );
+    assert_ne!(
+        newcomer.spec.shard_address_ipv6, again.spec.shard_address_ipv6,
+        "two live shards on one address"
+    );
+    assert!(
+        ipam.claim_now(&claim_name(
+            &cell,
+            NS,
+            "racer",
+            first.metadata.uid.as_deref().unwrap()
+        ))
+        .is_none(),
+        "the gone incarnation's claim was kept"
+    );
+    ctl.stop().await.unwrap();
+}
