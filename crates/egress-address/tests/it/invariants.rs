@@ -409,64 +409,6 @@ fn annotation_of(meta: &kube::api::ObjectMeta, key: &str) -> Option<String> {
     meta.annotations.as_ref()?.get(key).cloned()
 }
 
-fn delayed_claim_deletes(ms: u64) -> localplane::FaultRule {
-    localplane::FaultRule {
-        plane: Some(PLATFORM.into()),
-        verb: Some("delete".into()),
-        resource: Some("ipclaims".into()),
-        commit_delay_ms: ms,
-        ..Default::default()
-    }
-}
-
-#[tokio::test]
-async fn a_release_that_lands_late_cannot_free_a_newer_claim() {
-    let plane = Plane::start().await;
-    let mut s = settings();
-    // The controller gives up on a request long before IPAM finishes the delete.
-    s.request_timeout = std::time::Duration::from_millis(400);
-    let ctl = start_controller(&plane, s).await;
-    plane.create_shard("racer").await;
-    addressed(&plane, "racer").await;
-    plane.set_faults(vec![delayed_claim_deletes(1500)]);
-    plane.delete_shard("racer").await;
-    eventually(10, "a release on its way", || async {
-        (plane.lp().metrics().injected_faults().delayed_commits >= 1).then_some(())
-    })
-    .await;
-    // The shard comes back under its name while the release is still on its way.
-    let reborn = plane.create_shard("racer").await;
-    let again = eventually(20, "the new shard addressed", || async {
-        let s = plane.shard_now("racer")?;
-        (s.metadata.uid == reborn.metadata.uid && !s.spec.shard_address_ipv6.is_empty())
-            .then_some(s)
-    })
-    .await;
-    // Every late delete lands (each carries the UID of the claim it meant).
-    eventually(20, "every delayed delete landed", || async {
-        let m = plane.lp().metrics();
-        let landed = m.count(|k| k.verb == "delete" && k.resource.starts_with("ipclaims"));
-        (landed == m.injected_faults().delayed_commits).then_some(())
-    })
-    .await;
-    let claim = plane
-        .claim_now(&plane.claim_name("racer"))
-        .expect("a late delete freed the new shard's claim");
-    assert_eq!(annotation(&claim, ANNOTATION_SHARD_UID), Some(uid(&again)));
-    assert_eq!(
-        claim.status.unwrap().allocated_cidr,
-        format!("{}/128", again.spec.shard_address_ipv6)
-    );
-    plane.clear_faults();
-    plane.create_shard("newcomer").await;
-    let newcomer = addressed(&plane, "newcomer").await;
-    assert_ne!(
-        newcomer.spec.shard_address_ipv6, again.spec.shard_address_ipv6,
-        "two live shards on one address"
-    );
-    ctl.stop().await.unwrap();
-}
-
 #[tokio::test]
 async fn a_release_of_an_unseen_incarnation_keeps_the_claim_of_one_born_since() {
     let plane = Plane::start().await;
