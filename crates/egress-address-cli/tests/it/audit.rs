@@ -424,3 +424,105 @@ async fn audit_exits_0_consistent_1_inconsistent_2_unable_to_run() {
     }
     world.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_left_releasing_is_shown_and_one_whose_incarnation_cannot_be_told_is_never_released()
+ {
+    let world = fleet::world().start().await.unwrap();
+    world.lp().cell().ensure_namespace(NS);
+    let cell_id = world.lp().cell_uid();
+    // A gone shard's claim that IPAM could not finish releasing (Milo's second step failed).
+    controller_claim(&world, &cell_id, "stuck", "uid-of-a-deleted-shard", "dfw").await;
+    let stuck_name =
+        egress_address::ipam::naming::claim_name(&cell_id, NS, "stuck", "uid-of-a-deleted-shard");
+    world.set_faults(vec![localplane::FaultRule {
+        verb: Some("delete".into()),
+        resource: Some("ipclaims".into()),
+        error_rate: 1.0,
+        when: localplane::FaultWhen::Release,
+        ..Default::default()
+    }]);
+    let refused = world
+        .claims()
+        .delete(&stuck_name, &Default::default())
+        .await
+        .expect_err("the release step fails");
+    assert!(
+        refused.to_string().contains("release allocation after"),
+        "{refused}"
+    );
+    world.clear_faults();
+    // A claim marked for a shard of this cell under a name its marks do not derive: whose it is
+    // cannot be told.
+    let mut handmade =
+        egress_address::ipam::spec::desired_claim(&egress_address::ipam::spec::ClaimRequest {
+            class_name: "datum-egress-shard-address-ipv6",
+            claim_namespace: CLAIM_NAMESPACE,
+            location: "dfw",
+            cell: &cell_id,
+            shard_namespace: NS,
+            shard_name: "handmade",
+            shard_uid: "uid-of-nobody",
+        });
+    handmade.metadata.name = Some("egress-shard-ipv6.handmade".into());
+    world
+        .claims()
+        .create(&PostParams::default(), &handmade)
+        .await
+        .unwrap();
+
+    let scoped = [
+        "--orphaned-claims",
+        "--platform-project",
+        PLATFORM_PROJECT,
+        "--location",
+        "dfw",
+        "-o",
+        "json",
+    ];
+    let out = run_audit(&world, &scoped).await;
+    assert_eq!(out.status.code(), Some(1));
+    let findings = parsed(&out, "json");
+    let verdict_of = |name: &str| {
+        findings
+            .iter()
+            .find(|f| f["name"] == name)
+            .map(|f| f["verdict"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        verdict_of("stuck").as_deref(),
+        Some("releasing"),
+        "{findings:#?}"
+    );
+    assert_eq!(
+        verdict_of("handmade").as_deref(),
+        Some("untold-incarnation"),
+        "{findings:#?}"
+    );
+
+    // Releasing the orphans retries the stuck one's DELETE, and leaves the untold one, naming it.
+    let mut release = scoped.to_vec();
+    release.extend(["--release-orphaned-claims", "--yes"]);
+    let out = run_audit(&world, &release).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the untold claim fails the run: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let findings = parsed(&out, "json");
+    let stuck_finding = findings.iter().find(|f| f["name"] == "stuck").unwrap();
+    assert_eq!(
+        stuck_finding["release"]["action"], "released",
+        "{stuck_finding:#}"
+    );
+    assert!(world.claim_now(&stuck_name).is_none());
+    assert!(
+        world.claim_now("egress-shard-ipv6.handmade").is_some(),
+        "a claim whose incarnation cannot be told was released"
+    );
+    assert!(findings.iter().any(|f| f["name"] == "handmade"
+        && f["verdict"] == "untold-incarnation"
+        && f["holder"]["name"] == "egress-shard-ipv6.handmade"));
+    world.shutdown().await;
+}

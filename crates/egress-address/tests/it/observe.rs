@@ -706,17 +706,37 @@ async fn the_metric_table_of_the_runbook_is_what_is_emitted() {
     tokio::time::timeout(Duration::from_secs(10), handle.wait_leader())
         .await
         .expect("the controller leads");
-    // A failed claim first, so the families that only an outage fills have samples too.
-    plane.set_faults(vec![fault(PLATFORM, "create", "ipclaims", 500)]);
+    // A refused and a failed claim first, so the families that only a refusal or an outage
+    // fills have samples too.
+    plane.set_faults(vec![fault(PLATFORM, "create", "ipclaims", 403)]);
     plane.create_shard("documented").await;
+    eventually(10, "the refused claim to be counted", || async {
+        encode(&registry)
+            .contains("egress_address_ipam_refusals_total{reason=\"credential\"}")
+            .then_some(())
+    })
+    .await;
+    plane.set_faults(vec![fault(PLATFORM, "create", "ipclaims", 500)]);
     eventually(10, "the failed claim to be counted", || async {
-        (metrics.reconcile_count(ReconcileResult::Error) >= 1).then_some(())
+        (metrics.reconcile_count(ReconcileResult::Error) >= 1
+            && encode(&registry).contains("egress_address_transport_errors_total{"))
+        .then_some(())
     })
     .await;
     plane.clear_faults();
     addressed(&plane, "documented").await;
     eventually(5, "the reconcile to be counted", || async {
         (metrics.reconcile_count(ReconcileResult::Success) >= 1).then_some(())
+    })
+    .await;
+    // And a release.
+    plane.create_shard("released").await;
+    addressed(&plane, "released").await;
+    plane.delete_shard("released").await;
+    eventually(10, "the release to be counted", || async {
+        encode(&registry)
+            .contains("egress_address_claim_releases_total{outcome=\"released\"}")
+            .then_some(())
     })
     .await;
     let (families, _) = openmetrics(&encode(&registry));
