@@ -88,24 +88,11 @@ pub fn judge_claims(
             continue;
         }
         let address = address_of(claim);
-        let mut finding = Finding {
-            cell: cell.to_string(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-            shard_uid: uid,
-            address: address.map(|a| a.to_string()).unwrap_or_default(),
-            holder: Some(Holder {
-                kind: "IPClaim".into(),
-                project: scope.project.to_string(),
-                namespace: scope.namespace.to_string(),
-                name: claim.name_any(),
-            }),
-            record_cidr: Some(cidr_of(claim)),
-            verdict: Verdict::OrphanedClaim,
-            detail: String::new(),
-            shared_with: vec![],
-            release: None,
-        };
+        let mut finding = claim_finding(claim, scope, Verdict::OrphanedClaim);
+        finding.cell = cell.to_string();
+        finding.namespace = namespace.clone();
+        finding.name = name.clone();
+        finding.shard_uid = uid;
         let carriers: Vec<&ShardView> = shards
             .iter()
             .filter(|s| address.is_some() && s.address.parse::<Ipv6Addr>().ok() == address)
@@ -254,11 +241,26 @@ fn untold(claim: &IPClaim, scope: &Scope<'_>) -> Option<Finding> {
     {
         return None;
     }
-    Some(Finding {
-        cell: a.get(ANNOTATION_CELL).cloned().unwrap_or_default(),
-        namespace,
-        name: a.get(ANNOTATION_SHARD_NAME).cloned().unwrap_or_default(),
-        shard_uid: a.get(ANNOTATION_SHARD_UID).cloned(),
+    let mut finding = claim_finding(claim, scope, Verdict::UntoldIncarnation);
+    finding.cell = a.get(ANNOTATION_CELL).cloned().unwrap_or_default();
+    finding.namespace = namespace;
+    finding.name = a.get(ANNOTATION_SHARD_NAME).cloned().unwrap_or_default();
+    finding.shard_uid = a.get(ANNOTATION_SHARD_UID).cloned();
+    finding.detail = format!(
+        "its name and annotations do not tell which shard incarnation it was made for (marked by hand, or by another tool); it still holds {:?} and is never released automatically: delete it by hand once you know whose it is",
+        cidr_of(claim)
+    );
+    Some(finding)
+}
+
+/// A finding about a listed claim: its address and IPAM record, with `verdict`; whose shard it
+/// is, the caller says.
+fn claim_finding(claim: &IPClaim, scope: &Scope<'_>, verdict: Verdict) -> Finding {
+    Finding {
+        cell: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        shard_uid: None,
         address: address_of(claim).map(|a| a.to_string()).unwrap_or_default(),
         holder: Some(Holder {
             kind: "IPClaim".into(),
@@ -267,14 +269,11 @@ fn untold(claim: &IPClaim, scope: &Scope<'_>) -> Option<Finding> {
             name: claim.name_any(),
         }),
         record_cidr: Some(cidr_of(claim)),
-        verdict: Verdict::UntoldIncarnation,
-        detail: format!(
-            "its name and annotations do not tell which shard incarnation it was made for (marked by hand, or by another tool); it still holds {:?} and is never released automatically: delete it by hand once you know whose it is",
-            cidr_of(claim)
-        ),
+        verdict,
+        detail: String::new(),
         shared_with: vec![],
         release: None,
-    })
+    }
 }
 
 fn location(claim: &IPClaim) -> Option<&str> {

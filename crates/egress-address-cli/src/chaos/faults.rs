@@ -489,13 +489,21 @@ mod tests {
     #[test]
     fn a_kind_never_injected_is_named() {
         let mut r = FaultReport::default();
-        assert_eq!(r.missing_kinds().len(), 8);
+        assert_eq!(r.missing_kinds().len(), 11);
         let mut i = InjectedFaults::default();
         i.before_apply.status = 3;
         i.after_apply.status = 1;
         i.after_apply.reset = 1;
         i.delayed_commits = 2;
+        i.failed_releases.status = 1;
+        i.delayed_releases = 1;
         r.add("platform".into(), i);
+        assert!(
+            r.missing_kinds()
+                .contains(&"claim release landed after its shard was made again"),
+            "a run that never reached the fault Milo's DELETE makes dangerous says so"
+        );
+        r.releases_after_recreation = 3;
         r.latency_spikes = 1;
         r.slow_renewals = 4;
         r.short_pauses = 2;

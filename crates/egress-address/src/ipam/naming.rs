@@ -207,10 +207,23 @@ pub fn owner(claim: &IPClaim, of: &Incarnation<'_>) -> Owner {
     }
 }
 
+/// A claim named `name` with exactly the annotations `pairs`, for the tests of what is judged
+/// from a claim's marks.
+#[cfg(test)]
+pub(crate) fn annotated_claim(name: &str, pairs: &[(&str, &str)]) -> IPClaim {
+    let mut claim = IPClaim::new(name, Default::default());
+    claim.metadata.annotations = Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    claim
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     const CELL: &str = "3f0c5a8e-1d2b-4c6f-9a7e-0b1c2d3e4f50";
 
@@ -336,16 +349,7 @@ mod tests {
     }
 
     fn claim_with(pairs: &[(&str, &str)]) -> IPClaim {
-        let mut claim = IPClaim::new("c", Default::default());
-        if !pairs.is_empty() {
-            claim.metadata.annotations = Some(
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            );
-        }
-        claim
+        annotated_claim("c", pairs)
     }
 
     fn incarnation(uid: Option<&'static str>) -> Incarnation<'static> {

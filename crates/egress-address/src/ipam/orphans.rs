@@ -110,20 +110,10 @@ pub fn standing(
 mod tests {
     use super::*;
     use crate::ipam::naming::{claim_name, claim_name_without_incarnation};
-    use std::collections::BTreeMap;
 
     const CELL: &str = "3f0c5a8e-1d2b-4c6f-9a7e-0b1c2d3e4f50";
 
-    fn claim(name: &str, pairs: &[(&str, &str)]) -> IPClaim {
-        let mut c = IPClaim::new(name, Default::default());
-        c.metadata.annotations = Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-        );
-        c
-    }
+    use crate::ipam::naming::annotated_claim as claim;
 
     fn made_by(cell: &str, shard: &str, uid: &str) -> IPClaim {
         claim(

@@ -380,20 +380,10 @@ mod tests {
         ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
         claim_name, claim_name_without_incarnation, legacy_claim_name,
     };
-    use std::collections::BTreeMap;
 
     const CELL: &str = "cell-a";
 
-    fn claim(name: &str, pairs: &[(&str, &str)]) -> IPClaim {
-        let mut c = IPClaim::new(name, Default::default());
-        c.metadata.annotations = Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-        );
-        c
-    }
+    use crate::ipam::naming::annotated_claim as claim;
 
     fn marked(name: &str, cell: &str, uid: &str) -> IPClaim {
         claim(
