@@ -360,3 +360,59 @@ async fn a_missing_claim_namespace_is_not_the_credential() {
     addressed(&plane, "homeless").await;
     ctl.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_claim_named_before_the_incarnation_was_in_the_name_is_kept_then_released() {
+    use egress_address::ipam::naming::claim_name_without_incarnation;
+    use egress_api::shard::AddressClaimRef;
+    use kube::api::PostParams;
+
+    let plane = Plane::start().await;
+    // A shard addressed by an earlier version: its claim's name carries no incarnation.
+    let uid_of = |s: &egress_api::shard::EgressShard| s.metadata.uid.clone().unwrap();
+    let mut shard = new_shard("veteran");
+    let made = plane
+        .shards()
+        .create(&PostParams::default(), &shard)
+        .await
+        .unwrap();
+    let older = claim_name_without_incarnation(&plane.cell_id(), SHARD_NS, "veteran");
+    let mut claim = plane.desired_claim("veteran", &uid_of(&made));
+    claim.metadata.name = Some(older.clone());
+    let bound = plane
+        .claims()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    let cidr = bound.status.unwrap().allocated_cidr;
+    shard = made;
+    shard.spec.shard_address_ipv6 = cidr.trim_end_matches("/128").to_string();
+    shard.spec.shard_address_ipv6_claim_ref = Some(AddressClaimRef {
+        api_group: "ipam.miloapis.com".into(),
+        kind: "IPClaim".into(),
+        project: PLATFORM.into(),
+        namespace: CLAIM_NS.into(),
+        name: older.clone(),
+    });
+    plane
+        .shards()
+        .replace("veteran", &PostParams::default(), &shard)
+        .await
+        .unwrap();
+
+    let ctl = start_controller(&plane, settings()).await;
+    plane.create_shard("rookie").await;
+    assert_sound(&plane, &["veteran", "rookie"]).await;
+    let kept = plane.shard_now("veteran").unwrap();
+    assert_eq!(
+        kept.spec.shard_address_ipv6_claim_ref.unwrap().name,
+        older,
+        "the shard's claim was replaced"
+    );
+    assert!(plane.claim_now(&older).is_some());
+    // Deleted: the claim its ref names is released like any other.
+    plane.delete_shard("veteran").await;
+    claim_released(&plane, &older, "the claim named before released").await;
+    assert_sound(&plane, &["rookie"]).await;
+    ctl.stop().await.unwrap();
+}
