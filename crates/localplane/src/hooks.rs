@@ -50,6 +50,10 @@ pub trait PlaneTxn {
     fn put(&mut self, res: &ResourceKey, obj: Value) -> Value;
     /// Removes an object and returns its last state.
     fn remove(&mut self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value>;
+    /// Runs `f` once the transaction has committed, still inside the write (its plane's lock,
+    /// and its write group's, held); never if it is dropped (a dry run, a refusal). For what a
+    /// hook does to another plane of the group only if this write lands.
+    fn after_commit(&mut self, f: Box<dyn FnOnce() + Send>);
 }
 
 /// Server-side behaviour for a set of resources on one plane.

@@ -43,7 +43,9 @@
 //!   (an unknown project is a plain-text 404, as Milo answers), with Milo IPAM on them
 //!   ([`ipam`]; the `localplane` binary serves it on every project it serves): an IPClaim
 //!   DELETE in Milo's two writes, reading no preconditions (below); a claim into a missing or
-//!   terminating namespace refused with Milo's 403; and Milo's quota on live objects of a
+//!   terminating namespace refused with Milo's 403; a class of one project referring to a class
+//!   of another (`spec.source`), claims of it binding from that project's pools; and Milo's
+//!   quota on live objects of a
 //!   resource per project ([`Plane::set_quota`], [`LocalPlaneBuilder::quota`],
 //!   `/localplane/quotas`), refused with 403 `Insufficient quota resources available. ...`;
 //! * bearer-token identities and RBAC from stored roles and bindings; impersonation
@@ -245,8 +247,8 @@
 //! No controller manager runs: a Deployment gets no pods or status, a Service a made-up cluster
 //! IP. A CRD is established in the write that creates it (no `NamesAccepted` conflicts).
 //!
-//! Where IPAM's model differs from the service's, [`ipam`] says so (reservations, for one, are
-//! not visible as `IPAllocation` objects).
+//! Where IPAM's model differs from the service's, [`ipam`] says so, and docs/testing.md lists
+//! every difference from the line production runs.
 
 // Layering. Imports between modules point down this list and never up, so no two modules (and
 // no two files) import each other; a folder's `mod.rs` only declares and re-exports its files.
@@ -267,7 +269,8 @@
 //                                                                  -> plane, metrics, config, faults
 //   watch       watch streams                                      -> plane, store, selector
 //   plane/      one control plane: mod (registry, hooks), read, write, delete, release
-//               (two-step deletes), quota, tally
+//               (two-step deletes), quota, tally, group (planes whose writes reach into
+//               each other)
 //                                                                  -> store, resources, schema,
 //                                                                     selector, meta, fields
 //   fields/     field ownership (managedFields, server-side apply) and strategic merge

@@ -257,6 +257,8 @@ pub struct Txn<'a> {
     /// The plane's resourceVersion before this transaction, restored if it rolls back: a write
     /// nobody saw (a dry run, a refused hook) leaves no gap.
     start_rv: u64,
+    /// Run once this transaction has committed (its events sent), in order; dropped with it.
+    after_commit: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 /// Where an object is stored: its namespace and name.
@@ -281,6 +283,7 @@ impl<'a> Txn<'a> {
             events: vec![],
             committed: false,
             start_rv,
+            after_commit: vec![],
         }
     }
 
@@ -368,6 +371,9 @@ impl<'a> Txn<'a> {
             let _ = self.store.tx.send(e);
         }
         self.store.trim_history();
+        for f in std::mem::take(&mut self.after_commit) {
+            f();
+        }
     }
 }
 
@@ -448,5 +454,9 @@ impl PlaneTxn for Txn<'_> {
     fn remove(&mut self, res: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
         let old = self.store.get(res, namespace.unwrap_or(""), name)?.clone();
         Some((*self.delete(res, (*old).clone())).clone())
+    }
+
+    fn after_commit(&mut self, f: Box<dyn FnOnce() + Send>) {
+        self.after_commit.push(f);
     }
 }

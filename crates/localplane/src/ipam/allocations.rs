@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
+use super::source;
 use super::store::{self, ALLOCATIONS, name_of, namespace_of, typed};
 
 pub fn create(_ctx: &mut Ctx<'_, '_>, _obj: &mut Value) -> Result<()> {
@@ -48,6 +49,9 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, obj: &Value) -> Result<()> {
             claim.name
         );
         return Err(errors::conflict(ALLOCATIONS, &name, &msg, Vec::new()));
+    }
+    if source::release_remote(ctx, &ns, &name)? {
+        return Ok(());
     }
     let Some(pool) = a.spec.pool_ref.as_ref().map(|r| r.name.clone()) else {
         return Ok(());

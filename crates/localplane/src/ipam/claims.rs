@@ -8,10 +8,11 @@ use egress_api::ipam::{
 };
 use serde_json::{Value, json};
 
-use super::classes::{self, MAX_CHAIN_DEPTH, block_len, family_bits};
+use super::classes::{self, block_len, family_bits};
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
 use super::index::{Block, Row, RowKind, Sync};
+use super::source::{self, Definition};
 use super::store::{
     self, ALLOCATIONS, CLAIMS, CLASSES, LABEL_PROVISIONED_BY_CLASS, LABEL_SCOPE_DIGEST, POOLS, key,
     name_of, namespace_of, typed,
@@ -88,39 +89,33 @@ fn validate(name: &str, spec: &IPClaimSpec) -> Result<()> {
     Ok(())
 }
 
-fn resolve_class(ctx: &Ctx<'_, '_>, spec: &IPClaimSpec) -> Result<IPClass> {
+/// The class a claim allocates under: the one it names, or the default for its family, each
+/// followed through a reference. A reference states no family, so the family is matched after
+/// resolving (Milo's `LoadDefaultClass`); a default marker on a reference that resolves to
+/// nothing is passed over.
+///
+/// No class is refused to the claim: the line production runs (`2f31bea`) has no class
+/// visibility gate and no container-class gate, and a stand-in that refused a project a class
+/// Milo hands it would be stricter than Milo. A claim naming a container class binds from the
+/// pools of its chain, as any class that provisions nothing below it.
+fn resolve_class(ctx: &Ctx<'_, '_>, spec: &IPClaimSpec) -> Result<Definition> {
     if !spec.class_name.is_empty() {
-        return classes::get(ctx, &spec.class_name)?
+        return source::resolve(ctx, &spec.class_name)?
             .ok_or_else(|| errors::class_not_found(&spec.class_name));
     }
-    let mut defaults: Vec<(String, IPClass)> = Vec::new();
+    let mut defaults: Vec<String> = Vec::new();
     for v in ctx.txn.list(&key(CLASSES), None) {
         let c: IPClass = typed(&v)?;
-        if c.spec.ip_family == spec.ip_family && classes::is_default(&c) {
-            defaults.push((name_of(&v).to_string(), c));
+        if classes::is_default(&c) {
+            defaults.push(name_of(&v).to_string());
         }
     }
-    defaults.sort_by(|a, b| a.0.cmp(&b.0));
+    defaults.sort();
     defaults
-        .into_iter()
-        .next()
-        .map(|(_, c)| c)
+        .iter()
+        .filter_map(|name| source::resolve(ctx, name).ok().flatten())
+        .find(|d| d.class.spec.ip_family == spec.ip_family)
         .ok_or_else(|| errors::no_default_class(&spec.ip_family))
-}
-
-/// Container classes only provision pools. Any project may claim any other class: the line
-/// production runs (`2f31bea`) has no class visibility gate, and a stand-in that refused a project
-/// a class Milo hands it would be stricter than Milo. `spec.visibility` is still validated.
-fn authorize_class(class: &IPClass) -> Result<()> {
-    let name = class.metadata.name.clone().unwrap_or_default();
-    if !class.spec.pool_per.is_empty() {
-        return Err(errors::forbidden(
-            CLASSES,
-            &name,
-            "caller may not claim addresses of this class",
-        ));
-    }
-    Ok(())
 }
 
 fn effective_prefix_length(
@@ -155,21 +150,6 @@ fn effective_prefix_length(
         }
     }
     Ok(n as u8)
-}
-
-/// The class and its ancestors, leaf first.
-fn ancestry(ctx: &Ctx<'_, '_>, leaf: &IPClass) -> Result<Vec<IPClass>> {
-    let mut chain = vec![leaf.clone()];
-    loop {
-        let parent = chain.last().expect("leaf").spec.parent_class_name.clone();
-        if parent.is_empty() {
-            return Ok(chain);
-        }
-        if chain.len() >= MAX_CHAIN_DEPTH {
-            return Err(errors::internal("ipam: class chain too deep".to_string()));
-        }
-        chain.push(classes::get(ctx, &parent)?.ok_or_else(|| errors::class_not_found(&parent))?);
-    }
 }
 
 /// Roles a scope lacks; a ref without a name counts as missing.
@@ -359,6 +339,47 @@ fn provision(
     Ok(name)
 }
 
+/// What a claim takes from the pools of its class chain, on the plane of the project holding the
+/// chain's root (this one's, or another's through a reference): the chain's pools (provisioned
+/// on first use), a block of one, and the row that holds it under `row`.
+#[derive(Clone)]
+pub(super) struct Bind {
+    /// The class and its ancestors, leaf first.
+    pub chain: Vec<IPClass>,
+    pub scope: Scope,
+    /// The claim's address space.
+    pub space: String,
+    pub len: u8,
+    pub address: String,
+}
+
+impl Bind {
+    pub(super) fn run(&self, ctx: &mut Ctx<'_, '_>, row: &str) -> Result<(String, Block)> {
+        // Only ancestors provision pools, so only their poolPer roles are needed; a class claimed
+        // directly binds from the pool its chain provides.
+        let missing = missing_roles(
+            &self.scope,
+            self.chain[1..].iter().flat_map(|c| c.spec.pool_per.iter()),
+        );
+        if !missing.is_empty() {
+            return Err(errors::scope_roles_missing(&missing, "poolPer"));
+        }
+        let pool = resolve_pool(ctx, &self.chain, &self.scope)?;
+        let block = choose_block(ctx, &pool, &self.space, self.len, &self.address)?;
+        ctx.ix.insert(
+            &pool,
+            row,
+            Row {
+                block,
+                kind: RowKind::Claim,
+                digest: self.space.clone(),
+            },
+        );
+        store::write_pool_status(ctx.txn, ctx.ix, &pool)?;
+        Ok((pool, block))
+    }
+}
+
 fn owner_ref(project: &str) -> ObjectRef {
     ObjectRef {
         api_group: PROJECT_API_GROUP.to_string(),
@@ -382,9 +403,11 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
         ));
     }
 
-    let class = resolve_class(ctx, spec)?;
-    let class_name = class.metadata.name.clone().unwrap_or_default();
-    authorize_class(&class)?;
+    let Definition {
+        class,
+        name: class_name,
+        project: class_project,
+    } = resolve_class(ctx, spec)?;
     ctx.liveness.check(ctx.txn, &ns)?;
     let family = class.spec.ip_family.clone();
     if !spec.ip_family.is_empty() && spec.ip_family != family {
@@ -400,14 +423,6 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
             &missing,
             &format!("uniqueWithin (class \"{class_name}\")"),
         ));
-    }
-    let chain = ancestry(ctx, &class)?;
-    let missing = missing_roles(
-        &spec.scope,
-        chain.iter().flat_map(|c| c.spec.pool_per.iter()),
-    );
-    if !missing.is_empty() {
-        return Err(errors::scope_roles_missing(&missing, "poolPer"));
     }
     let unique = project_scope(&spec.scope, &class.spec.unique_within);
     let space = digest::address_space(&tenant, &unique);
@@ -427,18 +442,20 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
         });
     }
 
-    let pool = resolve_pool(ctx, &chain, &spec.scope)?;
-    let block = choose_block(ctx, &pool, &space, len, &spec.address)?;
-    ctx.ix.insert(
-        &pool,
-        &store::claim_row_key(&ns, &alloc_name),
-        Row {
-            block,
-            kind: RowKind::Claim,
-            digest: space.clone(),
-        },
-    );
-    store::write_pool_status(ctx.txn, ctx.ix, &pool)?;
+    // The pools are those of the chain's root, in the project holding it.
+    let chain = source::chain(ctx, &class_name, &class, class_project)?;
+    let root_project = chain.last().and_then(|d| d.project.clone());
+    let bind = Bind {
+        chain: chain.into_iter().map(|d| d.class).collect(),
+        scope: spec.scope.clone(),
+        space: space.clone(),
+        len,
+        address: spec.address.clone(),
+    };
+    let (pool, block) = match &root_project {
+        None => bind.run(ctx, &store::claim_row_key(&ns, &alloc_name))?,
+        Some(p) => source::bind_remote(ctx, p, bind, &ns, &alloc_name)?,
+    };
 
     // Fixed now: release reads the allocation, never the claim, so a later edit changes nothing.
     let policy = [
@@ -614,6 +631,9 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, obj: &Value) -> Result<()> {
         return Ok(());
     }
     ctx.txn.remove(&key(ALLOCATIONS), Some(&ns), &alloc_name);
+    if source::release_remote(ctx, &ns, &alloc_name)? {
+        return Ok(());
+    }
     if ctx
         .ix
         .remove(&pool, &store::claim_row_key(&ns, &alloc_name))

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
+use super::source::{self, Definition};
 use super::store::{ANNOTATION_DEFAULT_CLASS, CLASSES, key, name_of, typed};
 
 const KIND: &str = "IPClass";
@@ -35,13 +36,6 @@ pub fn is_default(class: &IPClass) -> bool {
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_DEFAULT_CLASS))
         .is_some_and(|v| v == "true")
-}
-
-pub fn get(ctx: &Ctx<'_, '_>, name: &str) -> Result<Option<IPClass>> {
-    ctx.txn
-        .get(&key(CLASSES), None, name)
-        .map(|v| typed(&v))
-        .transpose()
 }
 
 fn validate_roles(field: &str, roles: &[String], errs: &mut Vec<FieldError>) {
@@ -187,12 +181,17 @@ fn validate_catalog(
 ) -> Result<()> {
     let s = &class.spec;
     if !s.parent_class_name.is_empty() && s.parent_class_name != name {
-        match get(ctx, &s.parent_class_name)? {
+        // A parent may be a reference; it is checked as the class it resolves to.
+        match source::resolve(ctx, &s.parent_class_name).ok().flatten() {
             None => errs.push(FieldError::invalid(
                 "spec.parentClassName",
                 format!("parent class {:?} not found", s.parent_class_name),
             )),
-            Some(parent) => {
+            Some(Definition {
+                class: parent,
+                project,
+                ..
+            }) => {
                 if parent.spec.ip_family != s.ip_family {
                     errs.push(FieldError::invalid(
                         "spec.parentClassName",
@@ -215,7 +214,12 @@ fn validate_catalog(
                     ));
                 }
                 let mut depth = 1;
-                let mut next = parent.spec.parent_class_name.clone();
+                // A chain that goes on in another project is that project's to keep acyclic.
+                let mut next = if project.is_none() {
+                    parent.spec.parent_class_name.clone()
+                } else {
+                    String::new()
+                };
                 while !next.is_empty() {
                     depth += 1;
                     if next == name {
@@ -232,8 +236,11 @@ fn validate_catalog(
                         ));
                         break;
                     }
-                    next = get(ctx, &next)?
-                        .map(|c| c.spec.parent_class_name)
+                    next = source::resolve(ctx, &next)
+                        .ok()
+                        .flatten()
+                        .filter(|d| d.project.is_none())
+                        .map(|d| d.class.spec.parent_class_name)
                         .unwrap_or_default();
                 }
             }
@@ -266,9 +273,14 @@ fn required_roles(ctx: &Ctx<'_, '_>, class: &IPClass) -> Result<Vec<String>> {
         if next.is_empty() {
             break;
         }
-        let Some(c) = get(ctx, &next)? else { break };
-        roles.extend(c.spec.pool_per.iter().cloned());
-        next = c.spec.parent_class_name;
+        let Some(d) = source::resolve(ctx, &next).ok().flatten() else {
+            break;
+        };
+        roles.extend(d.class.spec.pool_per.iter().cloned());
+        if d.project.is_some() {
+            break;
+        }
+        next = d.class.spec.parent_class_name;
     }
     Ok(roles.into_iter().collect())
 }
@@ -277,6 +289,13 @@ pub fn create(ctx: &mut Ctx<'_, '_>, obj: &mut Value) -> Result<()> {
     let name = name_of(obj).to_string();
     let class: IPClass = typed(obj)?;
     let mut errs = Vec::new();
+    if source::source_of(obj).is_some() {
+        // A reference takes no defaults: they would be policy of its own.
+        source::validate_reference(obj, &class, &mut errs);
+        errors::check(KIND, &name, errs)?;
+        obj["status"] = json!({"phase": "Ready"});
+        return Ok(());
+    }
     validate_own(&name, &class, &mut errs);
     validate_catalog(ctx, &name, &class, &mut errs)?;
     errors::check(KIND, &name, errs)?;
@@ -305,6 +324,17 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let n: IPClass = typed(new)?;
     let mut errs = Vec::new();
     let fixed = FieldError::immutable;
+    let source = source::source_of(new);
+    if source::source_of(old) != source {
+        errs.push(fixed(
+            "source",
+            "it decides which class, pools and address space every claim of this class allocates under",
+        ));
+    }
+    if source.is_some() {
+        source::validate_reference(new, &n, &mut errs);
+        return errors::check(KIND, &name, errs);
+    }
     if o.spec.ip_family != n.spec.ip_family {
         errs.push(fixed(
             "ipFamily",

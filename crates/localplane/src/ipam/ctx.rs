@@ -4,6 +4,7 @@
 use super::errors::{self, Result};
 use super::index::IndexTxn;
 use super::namespaces::Liveness;
+use super::realm::Realm;
 use crate::hooks::{Caller, PlaneTxn};
 
 /// Everything a request handler needs.
@@ -16,6 +17,8 @@ pub(crate) struct Ctx<'a, 'b> {
     /// What the claim path remembers of namespaces it found live.
     pub liveness: &'a Liveness,
     pub plural: &'a str,
+    /// The other projects' planes.
+    pub realm: &'a Realm,
 }
 
 impl Ctx<'_, '_> {

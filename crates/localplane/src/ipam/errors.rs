@@ -216,6 +216,11 @@ pub(crate) fn class_not_found(class: &str) -> Refusal {
     )
 }
 
+/// ClassNotFound in words of its own (a reference whose class is missing).
+pub(crate) fn class_not_found_as(msg: String) -> Refusal {
+    ipam_bad_request(reasons::CLASS_NOT_FOUND, msg)
+}
+
 pub(crate) fn no_default_class(family: &str) -> Refusal {
     ipam_bad_request(
         reasons::NO_DEFAULT_CLASS,

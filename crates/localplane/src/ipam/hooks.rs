@@ -5,7 +5,7 @@
 //! then the release and the removal), reading no `DeleteOptions.preconditions`, and a release
 //! that fails answers 500 in Milo's words with the claim left `Releasing`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use kube::core::Status;
 use serde_json::Value;
@@ -14,9 +14,11 @@ use super::ctx::{self, Ctx};
 use super::errors::Result;
 use super::index::{Index, IndexTxn};
 use super::namespaces::Liveness;
+use super::realm::Realm;
 use super::store::{self, ALLOCATIONS, CLAIMS, CLASSES, POOLS};
 use super::{allocations, claims, classes, pools};
 use crate::hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
+use crate::plane::Plane;
 
 /// IPAM for one project plane.
 pub struct IpamHooks {
@@ -24,27 +26,34 @@ pub struct IpamHooks {
     platform_project: String,
     index: Mutex<Index>,
     liveness: Liveness,
+    /// The other projects' planes, reached through a class's `spec.source`.
+    realm: Arc<Realm>,
 }
 
 impl IpamHooks {
     /// `project` is the plane's project; `platform_project` the one holding the class catalog.
+    /// Alone in its realm: a class may refer to a class of this project only.
     pub fn new(project: impl Into<String>, platform_project: impl Into<String>) -> Self {
-        Self {
-            project: Some(project.into()),
-            platform_project: platform_project.into(),
-            index: Mutex::new(Index::default()),
-            liveness: Liveness::default(),
-        }
+        Self::in_realm(Realm::new(), Some(project.into()), platform_project.into())
     }
 
     /// For a plane that belongs to no project (the cell): every write is refused with
     /// `NoProjectScope`, as the service refuses untenanted writes.
     pub fn unscoped(platform_project: impl Into<String>) -> Self {
+        Self::in_realm(Realm::new(), None, platform_project.into())
+    }
+
+    pub(crate) fn in_realm(
+        realm: Arc<Realm>,
+        project: Option<String>,
+        platform_project: String,
+    ) -> Self {
         Self {
-            project: None,
-            platform_project: platform_project.into(),
+            project,
+            platform_project,
             index: Mutex::new(Index::default()),
             liveness: Liveness::default(),
+            realm,
         }
     }
 
@@ -52,6 +61,16 @@ impl IpamHooks {
     /// specially: the line production runs has no platform project and no class visibility gate.
     pub fn platform_project(&self) -> &str {
         &self.platform_project
+    }
+
+    fn lock_index(&self) -> MutexGuard<'_, Index> {
+        // A panic mid-request leaves the index suspect; rebuilding it from the store is always safe.
+        self.index.lock().unwrap_or_else(|e| {
+            self.index.clear_poison();
+            let mut g = e.into_inner();
+            g.built = false;
+            g
+        })
     }
 
     /// Runs one hook with the index locked, undoing its index changes when the request is refused
@@ -63,13 +82,7 @@ impl IpamHooks {
         res: &ResourceKey,
         f: impl FnOnce(&mut Ctx<'_, '_>) -> Result<()>,
     ) -> std::result::Result<(), Status> {
-        // A panic mid-request leaves the index suspect; rebuilding it from the store is always safe.
-        let mut guard = self.index.lock().unwrap_or_else(|e| {
-            self.index.clear_poison();
-            let mut g = e.into_inner();
-            g.built = false;
-            g
-        });
+        let mut guard = self.lock_index();
         let mut ix = IndexTxn::new(&mut guard);
         let mut ctx = Ctx {
             txn,
@@ -78,6 +91,7 @@ impl IpamHooks {
             project: self.project.as_deref(),
             liveness: &self.liveness,
             plural: res.plural.as_str(),
+            realm: &self.realm,
         };
         let out = (|| {
             if ctx.plural != CLASSES {
@@ -92,6 +106,37 @@ impl IpamHooks {
                 Err(*status)
             }
         }
+    }
+
+    /// Runs `f` on this hook's plane (`plane`) and its index, for a claim of another project of
+    /// the realm, from inside that project's write (whose hold on the write group it joins).
+    /// What `f` changed is kept when `keep` and `f` succeeded, and undone otherwise.
+    pub(crate) fn run_for_another<R>(
+        &self,
+        plane: &Plane,
+        caller: &Caller,
+        keep: bool,
+        f: impl FnOnce(&mut Ctx<'_, '_>) -> Result<R>,
+    ) -> Result<R> {
+        plane.group_txn(|txn| {
+            let mut guard = self.lock_index();
+            let mut ix = IndexTxn::new(&mut guard);
+            let mut ctx = Ctx {
+                txn,
+                ix: &mut ix,
+                caller,
+                project: self.project.as_deref(),
+                liveness: &self.liveness,
+                plural: CLAIMS,
+                realm: &self.realm,
+            };
+            let out = store::ensure_fresh(ctx.txn, ctx.ix).and_then(|()| f(&mut ctx));
+            let commit = keep && out.is_ok();
+            if !commit {
+                ix.rollback();
+            }
+            (out, commit)
+        })
     }
 }
 

@@ -7,16 +7,18 @@
 //! The plane serves the four kinds from their CRDs ([`crds`]) and calls [`IpamHooks`] under its
 //! write lock, so every allocation is linearizable with the request that made it.
 //!
-//! Classes and offering pools are read from the plane the claim arrives on. On the platform
-//! project's plane that is exactly the service's model (catalog and operator pools live there);
-//! another project's plane acts as its own catalog, since a hook sees only its own plane.
+//! Each project is its own catalog, as in the line production runs (`2f31bea`): a claim names a
+//! class of its own project. That class may be a reference (`spec.source {project, name}`) to a
+//! class of another project; the claim then allocates as that class does, from that project's
+//! pools (`source.rs`). The project planes of one [`install`] are one realm, so a write on one may
+//! write another.
 //!
 //! Reservations (`spec.reservations {leading, trailing, unitPrefixLength}` on a root pool, or on
 //! a provisioning class, which copies them onto every pool it provisions) become `Reservation`
 //! rows of the pool's allocation index when the pool is created: they count toward
 //! `status.capacity` and `utilizationPercent`, block every address space, and are never handed
-//! out, not even to a claim that names the address. Unlike the service, they are not visible as
-//! `IPAllocation` objects, so they cannot be force-released by deleting one.
+//! out, not even to a claim that names the address. As in the service, they are rows and not
+//! `IPAllocation` objects: no DELETE reaches them, and they go with their pool.
 
 // The hook seam answers with `kube::core::Status` by value; boxing it here would only move the
 // copy to the boundary.
@@ -32,6 +34,8 @@ mod hooks;
 pub mod index;
 mod namespaces;
 mod pools;
+mod realm;
+mod source;
 mod store;
 
 #[cfg(test)]
@@ -47,31 +51,46 @@ pub use store::{ALLOCATIONS, CLAIMS, CLASSES, POOLS};
 /// The API group every IPAM kind is served under.
 pub const GROUP: &str = egress_api::ipam::GROUP;
 
-/// The CRDs a plane serves the IPAM kinds from.
+/// The CRDs a plane serves the IPAM kinds from: the project's own types, with IPClass's
+/// `spec.source` added (the line production runs has it; the controller never reads it).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     egress_api::ipam::crds()
+        .into_iter()
+        .map(source::with_source_field)
+        .collect()
 }
 
 /// Serves IPAM on every project plane the builder makes (including ones added later): the four
-/// kinds from their CRDs, each plane with its own [`IpamHooks`]. `platform_project` names the
-/// project that holds the class catalog.
+/// kinds from their CRDs, each plane with its own [`IpamHooks`], all of them one realm (a class
+/// of one may refer to a class of another). `platform_project` names the project that holds the
+/// class catalog.
 pub fn install(
     builder: crate::LocalPlaneBuilder,
     platform_project: impl Into<String>,
 ) -> crate::LocalPlaneBuilder {
     let platform = platform_project.into();
+    let realm = realm::Realm::new();
     builder
         .project_crds(crds())
-        .on_project(move |plane| register(plane, &platform))
+        .on_project(move |plane| register_in(plane, &platform, &realm))
 }
 
-/// Adds IPAM's hooks to one plane that already serves the IPAM CRDs.
+/// Adds IPAM's hooks to one plane that already serves the IPAM CRDs, in a realm of its own.
 pub fn register(plane: &crate::Plane, platform_project: &str) {
-    let hooks = match plane.project() {
-        Some(p) => IpamHooks::new(p, platform_project),
-        None => IpamHooks::unscoped(platform_project),
-    };
-    plane.add_hooks(Arc::new(hooks));
+    register_in(plane, platform_project, &realm::Realm::new());
+}
+
+fn register_in(plane: &crate::Plane, platform_project: &str, realm: &Arc<realm::Realm>) {
+    let project = plane.project().map(str::to_string);
+    let hooks = Arc::new(IpamHooks::in_realm(
+        realm.clone(),
+        project.clone(),
+        platform_project.to_string(),
+    ));
+    if let Some(p) = &project {
+        realm.join(p, plane, &hooks);
+    }
+    plane.add_hooks(hooks);
 }
 
 impl crate::LocalPlaneBuilder {

@@ -1,12 +1,15 @@
 //! Reading and writing IPAM objects through the plane, and keeping the allocation index in step
 //! with what the plane actually stored.
 
+use std::collections::HashSet;
+
 use egress_api::ipam::{GROUP, IPPool, VERSION};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::errors::{self, Result};
 use super::index::{Block, Index, IndexTxn, PoolIndex, Row, RowKind, Sync};
+use super::source;
 use crate::hooks::{PlaneTxn, ResourceKey};
 
 pub const POOLS: &str = "ippools";
@@ -238,7 +241,35 @@ fn rebuild(txn: &dyn PlaneTxn, pool_objs: &[Value]) -> Result<Index> {
             );
         }
     }
+    // An allocation whose row is in another project's pool is that project's to index; a row
+    // of this project's pools held for another project is this one's.
+    let remote: HashSet<String> = txn
+        .list(&source::remote_key(), None)
+        .iter()
+        .map(|r| name_of(r).to_string())
+        .collect();
+    for held in txn.list(&source::held_key(), None) {
+        let (Some(pool), Ok(block)) = (
+            held["pool"].as_str().and_then(|p| ix.pools.get_mut(p)),
+            Block::parse(held["allocatedCIDR"].as_str().unwrap_or("")),
+        ) else {
+            continue;
+        };
+        if pool.block.contains(&block) {
+            pool.insert_row(
+                name_of(&held).to_string(),
+                Row {
+                    block,
+                    kind: RowKind::Claim,
+                    digest: held["scopeDigest"].as_str().unwrap_or("").to_string(),
+                },
+            );
+        }
+    }
     for obj in txn.list(&key(ALLOCATIONS), None) {
+        if remote.contains(&source::remote_name(namespace_of(&obj), name_of(&obj))) {
+            continue;
+        }
         let a: egress_api::ipam::IPAllocation = typed(&obj)?;
         let Some(status) = &a.status else { continue };
         let Ok(block) = Block::parse(&status.allocated_cidr) else {

@@ -8,6 +8,7 @@ use kube::core::Status;
 use serde_json::{Value, json};
 
 use super::digest::allocation_name;
+use super::realm::Realm;
 use super::{IpamHooks, crds};
 use crate::hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
 use crate::locks;
@@ -128,11 +129,20 @@ impl Ipam {
     }
 
     fn for_project(project: &str) -> Self {
+        Self::in_realm(project, &Realm::new())
+    }
+
+    /// A project plane of `realm`, whose classes may refer to the classes of its other planes.
+    fn in_realm(project: &str, realm: &Arc<Realm>) -> Self {
         let plane = Plane::new(project, Some(project), 1000);
         plane.add_crds(crds()).expect("the IPAM CRDs load");
-        let hooks = Arc::new(Swappable(RwLock::new(Arc::new(IpamHooks::new(
-            project, PLATFORM,
-        )))));
+        let ipam = Arc::new(IpamHooks::in_realm(
+            realm.clone(),
+            Some(project.into()),
+            PLATFORM.into(),
+        ));
+        realm.join(project, &plane, &ipam);
+        let hooks = Arc::new(Swappable(RwLock::new(ipam)));
         let fail_next = Arc::new(FailNext::default());
         plane.add_hooks(hooks.clone());
         plane.add_hooks(fail_next.clone());
@@ -147,6 +157,18 @@ impl Ipam {
     /// Replaces the IPAM hooks, as a restarted server starts with the stored objects only.
     fn restart_hooks(&self, hooks: IpamHooks) {
         *locks::write(&self.hooks.0) = Arc::new(hooks);
+    }
+
+    /// [`Ipam::restart_hooks`] for a plane of `realm`, whose new hooks the realm then reaches.
+    fn restart_in(&self, realm: &Arc<Realm>) {
+        let project = self.plane.project().expect("a project plane").to_string();
+        let hooks = Arc::new(IpamHooks::in_realm(
+            realm.clone(),
+            Some(project.clone()),
+            PLATFORM.into(),
+        ));
+        realm.join(&project, &self.plane, &hooks);
+        *locks::write(&self.hooks.0) = hooks;
     }
 
     fn target<'a>(
@@ -167,15 +189,14 @@ impl Ipam {
     }
 
     fn create(&self, plural: &str, obj: Value) -> Result<Value, Status> {
+        self.create_with(plural, obj, &WriteOpts::default())
+    }
+
+    fn create_with(&self, plural: &str, obj: Value, opts: &WriteOpts) -> Result<Value, Status> {
         let def = self.def(plural);
         let ns = obj.clone();
         self.plane
-            .create(
-                self.target(&def, &ns),
-                obj,
-                &self.caller,
-                &WriteOpts::default(),
-            )
+            .create(self.target(&def, &ns), obj, &self.caller, opts)
             .map(|w| w.obj)
             .map_err(|e| e.0)
     }
@@ -549,6 +570,8 @@ fn reservations_are_never_handed_out() {
     root["spec"]["reservations"] = json!({"leading": 1, "trailing": 1});
     let v = p.create("ippools", root).unwrap();
     assert_eq!(v["status"]["capacity"]["allocated"], "2");
+    // Rows, as in Milo: no IPAllocation stands for a reservation, so no DELETE reaches one.
+    assert_eq!(p.count("ipallocations"), 0);
     p.create(
         "ipclasses",
         class(
@@ -1025,15 +1048,6 @@ fn refusals_carry_ipam_reasons() {
     assert_eq!(e.code, 400);
     assert!(has_cause(&e, "NoOfferingPool"));
 
-    // Container classes only provision.
-    let e = p.refuse(
-        claim("x")
-            .with("className", json!("datum-egress-shard-ipv6"))
-            .with("ipFamily", json!("IPv6"))
-            .with("scope", location("dfw")),
-    );
-    assert_eq!(e.code, 403);
-
     p.bind(shard_claim("live", "dfw"));
     let e = p
         .create("ipclaims", shard_claim("live", "dfw").into_value())
@@ -1090,7 +1104,7 @@ fn a_write_without_a_project_is_refused() {
 }
 
 #[test]
-fn another_project_may_claim_any_class_but_a_container_one() {
+fn another_project_may_claim_any_class() {
     // The line production runs has no class visibility gate: a class marked for the platform
     // alone is handed to another project too.
     let p = Ipam::for_project("tenant");
@@ -1101,6 +1115,35 @@ fn another_project_may_claim_any_class_but_a_container_one() {
     );
     let v = p.bind(flat_claim("x"));
     assert_eq!(v["spec"]["ownerRef"]["name"], "tenant");
+}
+
+#[test]
+fn a_container_class_is_claimed_as_a_class_that_provisions_nothing_below_it() {
+    // 2f31bea has no container-class gate: a claim naming a class with poolPer binds from the
+    // pools of its chain, and needs none of the roles its own poolPer names.
+    let p = Ipam::for_project("tenant");
+    egress_inventory(&p, "2001:db8::/40");
+    let range = p.bind(
+        claim("range")
+            .with("className", json!("datum-egress-shard-ipv6"))
+            .with("ipFamily", json!("IPv6"))
+            .with("reclaimPolicy", json!("Delete")),
+    );
+    assert_eq!(cidr_of(&range), "2001:db8::/48");
+    assert_eq!(
+        range["status"]["poolRef"]["name"],
+        "datum-egress-shard-ipv6-root"
+    );
+    assert_eq!(p.allocation("range").unwrap()["spec"]["purpose"], "Claim");
+    // The range is taken like any block: the first location's pool is carved after it.
+    assert_eq!(
+        cidr_of(&p.bind(shard_claim("s", "dfw"))),
+        "2001:db8:1::1/128"
+    );
+    p.release("range");
+    assert_eq!(cidr_of(&p.bind(shard_claim("t", "ord"))), "2001:db8::1/128");
+
+    // A container class no pool offers gets the 400 of any class nobody backs.
     p.create(
         "ipclasses",
         class(
@@ -1110,11 +1153,8 @@ fn another_project_may_claim_any_class_but_a_container_one() {
     )
     .unwrap();
     let e = p.refuse(claim("y").with("className", json!("holder")));
-    assert_eq!(e.code, 403);
-    assert_eq!(
-        e.message,
-        "ipclasses.ipam.miloapis.com \"holder\" is forbidden: caller may not claim addresses of this class"
-    );
+    assert_eq!(e.code, 400, "{}", e.message);
+    assert!(has_cause(&e, "NoOfferingPool"), "{e:?}");
 }
 
 #[test]
@@ -1226,4 +1266,335 @@ fn the_planes_own_admin_writes_act_for_its_project() {
     p.restart_hooks(IpamHooks::unscoped(PLATFORM));
     let e = p.refuse(flat_claim("b"));
     assert!(has_cause(&e, "NoProjectScope"));
+}
+
+// ---------------------------------------------------------------- class references
+
+fn reference(name: &str, project: &str, target: &str) -> Value {
+    class(
+        name,
+        json!({"source": {"project": project, "name": target}}),
+    )
+}
+
+/// The platform project with the shipped inventory and a tenant project of the same realm.
+fn platform_and_tenant() -> (Arc<Realm>, Ipam, Ipam) {
+    let realm = Realm::new();
+    let platform = Ipam::in_realm(PLATFORM, &realm);
+    let tenant = Ipam::in_realm("tenant", &realm);
+    egress_inventory(&platform, "2001:db8::/40");
+    (realm, platform, tenant)
+}
+
+fn allocated(p: &Ipam, pool: &Value) -> String {
+    p.pool(pool.as_str().expect("a pool name"))["status"]["capacity"]["allocated"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn a_class_reference_is_stored_and_claims_allocate_as_the_class_it_names() {
+    let p = Ipam::new();
+    egress_inventory(&p, "2001:db8::/40");
+    let shard = "datum-egress-shard-address-ipv6";
+    let stored = p
+        .create("ipclasses", reference("shard", PLATFORM, shard))
+        .unwrap();
+    assert_eq!(
+        stored["spec"]["source"]["name"], shard,
+        "spec.source is kept"
+    );
+    // A reference takes no defaults: they would be policy of its own.
+    assert_eq!(
+        stored["spec"],
+        json!({"source": {"project": PLATFORM, "name": shard}})
+    );
+
+    let a = p.bind(shard_claim("a", "dfw"));
+    let b = p.bind(shard_claim("b", "dfw").with("className", json!("shard")));
+    assert_eq!(cidr_of(&a), "2001:db8::1/128");
+    assert_eq!(
+        cidr_of(&b),
+        "2001:db8::2/128",
+        "one address space with the class it names"
+    );
+    assert_eq!(b["status"]["poolRef"], a["status"]["poolRef"]);
+    assert_eq!(b["spec"]["className"], "shard");
+    assert_eq!(p.allocation("b").unwrap()["spec"]["className"], shard);
+
+    // A claim naming no class finds a default marked on a reference, by the family it resolves to.
+    let mut default = reference("v6", PLATFORM, shard);
+    default["metadata"]["annotations"] = json!({"ipam.miloapis.com/is-default-class": "true"});
+    p.create("ipclasses", default).unwrap();
+    let c = p.bind(
+        claim("c")
+            .with("ipFamily", json!("IPv6"))
+            .with("scope", location("dfw")),
+    );
+    assert_eq!(cidr_of(&c), "2001:db8::3/128");
+    assert!(has_cause(
+        &p.refuse(claim("d").with("ipFamily", json!("IPv4"))),
+        "NoDefaultClass"
+    ));
+
+    // One hop: a reference to a reference, or to nothing, is refused.
+    p.create("ipclasses", reference("again", PLATFORM, "shard"))
+        .unwrap();
+    let e = p.refuse(shard_claim("e", "dfw").with("className", json!("again")));
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message.contains("names another reference"),
+        "{}",
+        e.message
+    );
+    p.create("ipclasses", reference("dangling", PLATFORM, "nope"))
+        .unwrap();
+    let e = p.refuse(shard_claim("e", "dfw").with("className", json!("dangling")));
+    assert_eq!(e.code, 400);
+    assert!(has_cause(&e, "ClassNotFound"), "{e:?}");
+    assert!(
+        e.message
+            .contains("class not found: \"nope\" in project \"platform\""),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn a_class_reference_states_no_policy_and_is_never_repointed() {
+    let p = Ipam::new();
+    let e = p
+        .create(
+            "ipclasses",
+            class(
+                "r",
+                json!({"source": {"project": "other", "name": "c"}, "ipFamily": "IPv4", "poolPer": ["network"]}),
+            ),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    for field in ["spec.ipFamily", "spec.poolPer"] {
+        assert!(
+            e.message.contains(&format!(
+                "{field}: Forbidden: a class with spec.source is a reference and states no policy of its own"
+            )),
+            "{}",
+            e.message
+        );
+    }
+    let e = p
+        .create("ipclasses", class("r", json!({"source": {}})))
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("spec.source.project: Required value: source.project is required")
+    );
+    assert!(
+        e.message
+            .contains("spec.source.name: Required value: source.name is required")
+    );
+    let e = p
+        .create("ipclasses", reference("r", "Not_A_Project", "c"))
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.contains("spec.source.project: Invalid value"),
+        "{}",
+        e.message
+    );
+
+    // Which class a claim allocates under is fixed: no re-pointing, no turning either way.
+    let stored = p.create("ipclasses", reference("r", "other", "c")).unwrap();
+    let mut n = stored.clone();
+    n["spec"]["source"]["name"] = json!("d");
+    let e = p.update("ipclasses", n).unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.contains("spec.source is immutable"),
+        "{}",
+        e.message
+    );
+    let def = p
+        .create("ipclasses", class("def", json!({"ipFamily": "IPv4"})))
+        .unwrap();
+    let mut n = def.clone();
+    n["spec"] = json!({"source": {"project": "other", "name": "c"}});
+    let e = p.update("ipclasses", n).unwrap_err();
+    assert!(
+        e.message.contains("spec.source is immutable"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn a_reference_to_another_projects_class_allocates_from_that_projects_pools() {
+    let (_realm, platform, tenant) = platform_and_tenant();
+    let shard = "datum-egress-shard-address-ipv6";
+    tenant
+        .create("ipclasses", reference(shard, PLATFORM, shard))
+        .unwrap();
+
+    let p1 = platform.bind(shard_claim("p1", "dfw"));
+    let t1 = tenant.bind(shard_claim("t1", "dfw"));
+    let dfw = p1["status"]["poolRef"]["name"].clone();
+    // The platform's pool, in its one platform-wide space: the next address after the platform's.
+    assert_eq!(cidr_of(&t1), "2001:db8::2/128");
+    assert_eq!(t1["status"]["poolRef"]["name"], dfw);
+    assert_eq!(t1["spec"]["ownerRef"]["name"], "tenant");
+    assert_eq!(
+        allocated(&platform, &dfw),
+        "3",
+        "the reservation and two claims"
+    );
+    // The tenant holds the claim and its allocation; the platform only the row.
+    assert!(tenant.allocation("t1").is_some());
+    assert_eq!(platform.count("ipallocations"), 1);
+    assert!(tenant.get("ippools", None, dfw.as_str().unwrap()).is_none());
+    assert_eq!(
+        cidr_of(&platform.bind(shard_claim("p2", "dfw"))),
+        "2001:db8::3/128"
+    );
+
+    // A first claim into a location provisions its pool in the project of the class.
+    let t2 = tenant.bind(shard_claim("t2", "ord"));
+    assert_eq!(cidr_of(&t2), "2001:db8:1::1/128");
+    let ord = t2["status"]["poolRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(platform.get("ippools", None, &ord).is_some());
+    assert_eq!(tenant.count("ippools"), 0);
+
+    // A pool a tenant's claim holds a row of is not deleted under it.
+    let e = platform.delete("ippools", None, &ord).unwrap_err();
+    assert_eq!(e.code, 409, "{}", e.message);
+
+    // A tenant write that is refused after IPAM bound, or a dry run, leaves the platform as it was.
+    tenant.fail_next.0.store(true, Ordering::SeqCst);
+    assert_eq!(tenant.refuse(shard_claim("t3", "dfw")).code, 500);
+    let dry = WriteOpts {
+        dry_run: true,
+        ..Default::default()
+    };
+    let v = tenant
+        .create_with("ipclaims", shard_claim("t3", "dfw").into_value(), &dry)
+        .unwrap();
+    assert_eq!(cidr_of(&v), "2001:db8::4/128");
+    assert!(tenant.claim("t3").is_none());
+    assert_eq!(allocated(&platform, &dfw), "4");
+    assert_eq!(
+        cidr_of(&tenant.bind(shard_claim("t3", "dfw"))),
+        "2001:db8::4/128"
+    );
+
+    // Released, the row in the platform's pool is freed.
+    tenant.release("t1");
+    assert_eq!(allocated(&platform, &dfw), "4");
+    assert_eq!(
+        cidr_of(&platform.bind(shard_claim("p3", "dfw"))),
+        "2001:db8::2/128"
+    );
+    tenant.release("t2");
+    platform.delete("ippools", None, &ord).unwrap();
+}
+
+#[test]
+fn a_remote_row_is_retained_force_released_and_rebuilt_where_it_is() {
+    let (realm, platform, tenant) = platform_and_tenant();
+    let shard = "datum-egress-shard-address-ipv6";
+    tenant
+        .create("ipclasses", reference(shard, PLATFORM, shard))
+        .unwrap();
+    let kept = tenant.bind(shard_claim("kept", "dfw").with("reclaimPolicy", json!("Retain")));
+    let dfw = kept["status"]["poolRef"]["name"].clone();
+    assert_eq!(cidr_of(&kept), "2001:db8::1/128");
+    tenant.bind(shard_claim("live", "dfw"));
+
+    // Retained: the tenant's allocation stays, and so does the platform's row.
+    tenant.release("kept");
+    let alloc = tenant.allocation("kept").unwrap();
+    assert!(alloc["spec"]["claimRef"].is_null());
+    assert_eq!(allocated(&platform, &dfw), "3");
+
+    // Indexes rebuilt from each plane's store keep each row in the pool that holds it: the
+    // platform still skips the tenant's addresses, and a pool of the tenant's own under the same
+    // name is not taken to hold them.
+    platform.restart_in(&realm);
+    tenant.restart_in(&realm);
+    assert_eq!(
+        cidr_of(&platform.bind(shard_claim("p", "dfw"))),
+        "2001:db8::3/128"
+    );
+    let mut own = pool(dfw.as_str().unwrap(), "2001:db8::/48", "IPv6", &["local"]);
+    own["metadata"]["name"] = dfw.clone();
+    tenant.create("ippools", own).unwrap();
+    tenant
+        .create(
+            "ipclasses",
+            class(
+                "local",
+                json!({"ipFamily": "IPv6", "defaultPrefixLength": 128}),
+            ),
+        )
+        .unwrap();
+    tenant.restart_in(&realm);
+    let mine = tenant.bind(
+        claim("mine")
+            .with("className", json!("local"))
+            .with("address", json!("2001:db8::1")),
+    );
+    assert_eq!(cidr_of(&mine), "2001:db8::1/128");
+
+    // Deleting the retained allocation force-releases the platform's row.
+    tenant
+        .delete(
+            "ipallocations",
+            Some("default"),
+            &allocation_name("default", "kept"),
+        )
+        .unwrap();
+    assert_eq!(allocated(&platform, &dfw), "3", "reservation, live, p");
+    assert_eq!(
+        cidr_of(&platform.bind(shard_claim("q", "dfw"))),
+        "2001:db8::1/128"
+    );
+}
+
+#[test]
+fn a_chain_through_another_projects_class_binds_from_its_roots_pools() {
+    // A tenant's own leaf class under the platform's range class (through a reference): the
+    // range's pool for the location is provisioned in the platform's project, as the platform's
+    // own shards have it, and the leaf binds from it in their address space.
+    let (_realm, platform, tenant) = platform_and_tenant();
+    tenant
+        .create(
+            "ipclasses",
+            reference("range", PLATFORM, "datum-egress-shard-ipv6"),
+        )
+        .unwrap();
+    tenant
+        .create(
+            "ipclasses",
+            class(
+                "leaf",
+                json!({"ipFamily": "IPv6", "parentClassName": "range", "defaultPrefixLength": 128}),
+            ),
+        )
+        .unwrap();
+    let mine = tenant.bind(shard_claim("x", "dfw").with("className", json!("leaf")));
+    assert_eq!(cidr_of(&mine), "2001:db8::1/128");
+    let theirs = platform.bind(shard_claim("y", "dfw"));
+    assert_eq!(cidr_of(&theirs), "2001:db8::2/128");
+    assert_eq!(mine["status"]["poolRef"], theirs["status"]["poolRef"]);
+    assert_eq!(tenant.count("ippools"), 0);
+    // Its poolPer roles are still required.
+    let e = tenant.refuse(
+        claim("z")
+            .with("className", json!("leaf"))
+            .with("ipFamily", json!("IPv6")),
+    );
+    assert!(has_cause(&e, "ScopeRolesMissing"), "{e:?}");
 }

@@ -8,6 +8,7 @@
 
 mod crds;
 mod delete;
+mod group;
 mod quota;
 mod read;
 mod release;
@@ -16,7 +17,7 @@ mod write;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, Weak};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -27,6 +28,7 @@ use crate::resources::{Registry, ResourceDef};
 use crate::store::Store;
 
 pub(crate) use delete::DeleteOpts;
+pub use group::WriteGroup;
 pub(crate) use quota::parse_resource;
 pub(crate) use read::ListQuery;
 pub use tally::Tally;
@@ -46,6 +48,19 @@ struct PlaneInner {
     strict_deletes: AtomicBool,
     /// The most live objects of a resource the plane admits (Milo's quota), by resource.
     quotas: RwLock<BTreeMap<ResourceKey, u64>>,
+    /// The planes this one's writes may reach into, and that may reach into it ([`WriteGroup`]).
+    group: OnceLock<WriteGroup>,
+}
+
+/// A plane that is not kept alive by being referred to (a service's registry of the planes it
+/// spans, held by the planes' own hooks).
+#[derive(Clone)]
+pub struct WeakPlane(Weak<PlaneInner>);
+
+impl WeakPlane {
+    pub fn upgrade(&self) -> Option<Plane> {
+        self.0.upgrade().map(Plane)
+    }
 }
 
 /// What the plane's lock guards: the kinds it serves and their objects.
@@ -66,6 +81,7 @@ impl Plane {
             hooks: RwLock::new(vec![]),
             strict_deletes: AtomicBool::new(false),
             quotas: RwLock::new(BTreeMap::new()),
+            group: OnceLock::new(),
         }));
         plane.ensure_namespace("default");
         plane
@@ -85,8 +101,8 @@ impl Plane {
         locks::read(&self.0.state)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, PlaneState> {
-        locks::write(&self.0.state)
+    pub fn downgrade(&self) -> WeakPlane {
+        WeakPlane(Arc::downgrade(&self.0))
     }
 
     /// Registers server-side behaviour; it runs for every resource it `handles()`, in

@@ -11,6 +11,7 @@ mod ipam_admission;
 mod ipam_http;
 mod ipam_kubectl;
 mod ipam_release;
+mod ipam_source;
 mod kube_conformance;
 mod kubectl;
 mod lists;

@@ -1,0 +1,48 @@
+//! The project planes one IPAM serves, as one service. Milo keeps every project in one database,
+//! so a claim in one project can allocate from a pool of another (through a class's
+//! `spec.source`). Here each project is its own plane; the planes of a realm form a
+//! [`WriteGroup`], so a write on one may write another inside it without deadlocking.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, Weak};
+
+use super::IpamHooks;
+use crate::locks;
+use crate::plane::{Plane, WeakPlane, WriteGroup};
+
+#[derive(Default)]
+pub struct Realm {
+    group: WriteGroup,
+    members: RwLock<BTreeMap<String, Member>>,
+}
+
+/// Held weakly: the planes hold their hooks, and the hooks hold the realm.
+struct Member {
+    plane: WeakPlane,
+    hooks: Weak<IpamHooks>,
+}
+
+impl Realm {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Adds a project's plane and the hooks serving IPAM on it.
+    pub fn join(&self, project: &str, plane: &Plane, hooks: &Arc<IpamHooks>) {
+        plane.join_group(&self.group);
+        locks::write(&self.members).insert(
+            project.to_string(),
+            Member {
+                plane: plane.downgrade(),
+                hooks: Arc::downgrade(hooks),
+            },
+        );
+    }
+
+    /// A project's plane and its IPAM hooks, while both are served.
+    pub fn member(&self, project: &str) -> Option<(Plane, Arc<IpamHooks>)> {
+        let members = locks::read(&self.members);
+        let m = members.get(project)?;
+        Some((m.plane.upgrade()?, m.hooks.upgrade()?))
+    }
+}
