@@ -314,47 +314,36 @@ where
     R: FnOnce(String, String) -> Fut,
     Fut: Future<Output = Result<Option<LiveShard>, kube::Error>>,
 {
-    let out = release_inner(ipam, claim, whose, read_live, may_write).await;
+    let out = async {
+        let name = claim.name_any();
+        if judge(claim, whose, read_live).await? != Decision::Gone {
+            return Ok(Freed::Held);
+        }
+        if !may_write() {
+            return Err(ReleaseError::NotLeader { claim: name });
+        }
+        let namespace = claim.namespace().unwrap_or_default();
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        match ipam.delete_claim(&namespace, &name, uid).await {
+            Ok(Deleted::Deleted) => Ok(Freed::Released),
+            Ok(Deleted::AlreadyGone) => Ok(Freed::AlreadyGone),
+            Ok(Deleted::Replaced) => Ok(Freed::Replaced),
+            Err(source) if is_release_step_failure(&source) => Err(ReleaseError::Stuck {
+                claim: name,
+                source,
+            }),
+            Err(source) => Err(ReleaseError::Delete {
+                claim: name,
+                source,
+            }),
+        }
+    }
+    .await;
     ipam.metrics().claim_release(match &out {
         Ok(freed) => freed.metric_label(),
         Err(e) => e.metric_label(),
     });
     out
-}
-
-async fn release_inner<R, Fut>(
-    ipam: &Ipam,
-    claim: &IPClaim,
-    whose: &Whose,
-    read_live: R,
-    may_write: impl Fn() -> bool,
-) -> Result<Freed, ReleaseError>
-where
-    R: FnOnce(String, String) -> Fut,
-    Fut: Future<Output = Result<Option<LiveShard>, kube::Error>>,
-{
-    let name = claim.name_any();
-    if judge(claim, whose, read_live).await? != Decision::Gone {
-        return Ok(Freed::Held);
-    }
-    if !may_write() {
-        return Err(ReleaseError::NotLeader { claim: name });
-    }
-    let namespace = claim.namespace().unwrap_or_default();
-    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-    match ipam.delete_claim(&namespace, &name, uid).await {
-        Ok(Deleted::Deleted) => Ok(Freed::Released),
-        Ok(Deleted::AlreadyGone) => Ok(Freed::AlreadyGone),
-        Ok(Deleted::Replaced) => Ok(Freed::Replaced),
-        Err(source) if is_release_step_failure(&source) => Err(ReleaseError::Stuck {
-            claim: name,
-            source,
-        }),
-        Err(source) => Err(ReleaseError::Delete {
-            claim: name,
-            source,
-        }),
-    }
 }
 
 /// The claim a deleted incarnation recorded in its ref, when it is an IPClaim in `project` and
