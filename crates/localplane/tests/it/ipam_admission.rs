@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
+use kube::runtime::wait::await_condition;
 use localplane::Running;
 use serde_json::{Value, json};
 
@@ -204,13 +205,17 @@ async fn a_claim_past_the_quota_is_forbidden_and_releasing_gives_its_share_back(
         let claims = claims.clone();
         tokio::spawn(async move { claims.delete("a", &DeleteParams::default()).await })
     };
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while claims.get("a").await.unwrap().status.unwrap().phase != "Releasing" {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    // The claim's watch says when the first write has landed.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(claims.clone(), "a", |c: Option<&IPClaim>| {
+            c.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.phase == "Releasing")
+        }),
+    )
     .await
-    .expect("the claim is seen Releasing");
+    .expect("the claim is seen Releasing")
+    .unwrap();
     let e = create(&c, "default", "c")
         .await
         .expect_err("Releasing counts");
