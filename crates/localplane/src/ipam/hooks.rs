@@ -75,6 +75,25 @@ impl IpamHooks {
 
     /// Runs one hook with the index locked, undoing its index changes when the request is refused
     /// (the plane discards the request's writes then, and the index must keep matching them).
+    /// What one handler of this plane works with, for a request on `plural`.
+    fn ctx<'a, 'b>(
+        &'a self,
+        txn: &'a mut dyn PlaneTxn,
+        ix: &'a mut IndexTxn<'b>,
+        caller: &'a Caller,
+        plural: &'a str,
+    ) -> Ctx<'a, 'b> {
+        Ctx {
+            txn,
+            ix,
+            caller,
+            project: self.project.as_deref(),
+            liveness: &self.liveness,
+            plural,
+            realm: &self.realm,
+        }
+    }
+
     fn run(
         &self,
         txn: &mut dyn PlaneTxn,
@@ -84,15 +103,7 @@ impl IpamHooks {
     ) -> std::result::Result<(), Status> {
         let mut guard = self.lock_index();
         let mut ix = IndexTxn::new(&mut guard);
-        let mut ctx = Ctx {
-            txn,
-            ix: &mut ix,
-            caller,
-            project: self.project.as_deref(),
-            liveness: &self.liveness,
-            plural: res.plural.as_str(),
-            realm: &self.realm,
-        };
+        let mut ctx = self.ctx(txn, &mut ix, caller, res.plural.as_str());
         let out = (|| {
             if ctx.plural != CLASSES {
                 store::ensure_fresh(ctx.txn, ctx.ix)?;
@@ -121,15 +132,7 @@ impl IpamHooks {
         plane.group_txn(|txn| {
             let mut guard = self.lock_index();
             let mut ix = IndexTxn::new(&mut guard);
-            let mut ctx = Ctx {
-                txn,
-                ix: &mut ix,
-                caller,
-                project: self.project.as_deref(),
-                liveness: &self.liveness,
-                plural: CLAIMS,
-                realm: &self.realm,
-            };
+            let mut ctx = self.ctx(txn, &mut ix, caller, CLAIMS);
             let out = store::ensure_fresh(ctx.txn, ctx.ix).and_then(|()| f(&mut ctx));
             let commit = keep && out.is_ok();
             if !commit {

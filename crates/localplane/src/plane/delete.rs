@@ -13,7 +13,7 @@ use crate::error::{ApiError, status_json};
 use crate::hooks::{Caller, ResourceKey, StorageHooks};
 use crate::meta;
 use crate::resources::ResourceDef;
-use crate::store::{Txn, namespaces_key};
+use crate::store::{Store, Txn, namespaces_key};
 
 /// Namespaces the apiserver's namespace-lifecycle admission never lets go.
 const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -69,14 +69,7 @@ impl Plane {
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
         let st = &mut *guard;
-        let old = st
-            .store
-            .get(&key, ns.unwrap_or(""), name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
-        if self.reads_delete_preconditions(&key) {
-            check_preconditions(def, name, &old, opts)?;
-        }
+        let old = self.stored_for_delete(&st.store, def, ns, name, opts)?;
         let mut txn = Txn::new(&mut st.store, &st.registry);
         let out = if key == namespaces_key() {
             let marked = mark_deleting(&mut txn, &key, &old, true);
@@ -112,6 +105,26 @@ impl Plane {
 }
 
 impl Plane {
+    /// The object a DELETE of `name` acts on, as stored now (404 when there is none), once the
+    /// preconditions of `opts` hold, where the kind reads them (Milo's IPClaim reads none).
+    pub(super) fn stored_for_delete(
+        &self,
+        store: &Store,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<Arc<Value>, ApiError> {
+        let old = store
+            .get(&def.key(), ns.unwrap_or(""), name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        if self.reads_delete_preconditions(&def.key()) {
+            check_preconditions(def, name, &old, opts)?;
+        }
+        Ok(old)
+    }
+
     /// DELETE of a collection: every object the list's selectors match, each deleted as its own
     /// DELETE would be (preconditions, finalizers, hooks, one event each). Answers with the
     /// list as it was read (for a kind deleted in two writes, as Milo answers: the objects it

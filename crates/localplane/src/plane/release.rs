@@ -58,14 +58,7 @@ impl Plane {
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();
         let st = &mut *guard;
-        let old = st
-            .store
-            .get(&key, ns.unwrap_or(""), name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
-        if self.reads_delete_preconditions(&key) {
-            check_preconditions(def, name, &old, opts)?;
-        }
+        let old = self.stored_for_delete(&st.store, def, ns, name, opts)?;
         let mut marked = (*old).clone();
         for h in &hooks {
             h.mark_for_release(caller, &key, &mut marked)
