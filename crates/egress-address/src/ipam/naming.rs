@@ -150,8 +150,7 @@ pub struct Incarnation<'a> {
     pub cell: &'a str,
     pub namespace: &'a str,
     pub name: &'a str,
-    /// `None` when the deleted object was never seen (only its name is known).
-    pub uid: Option<&'a str>,
+    pub uid: &'a str,
 }
 
 /// Whose a claim is, judged from its annotations against one incarnation.
@@ -165,8 +164,7 @@ pub enum Owner {
     /// Made by another cell: never adopted, never released from here.
     OtherCell { cell: String },
     /// Made before claims named their cell and incarnation (by the Go controller), for this
-    /// namespace/name. Never adopted; released only as the recorded ref of a shard of this
-    /// cell that is gone.
+    /// namespace/name. Never adopted.
     Unmarked,
     /// Made for another shard, or marked by nobody.
     OtherShard { holder: String },
@@ -196,13 +194,9 @@ pub fn owner(claim: &IPClaim, of: &Incarnation<'_>) -> Owner {
         (None, Some(_)) | (Some(_), None) => Owner::OtherShard {
             holder: format!("{}/{} (incompletely marked)", of.namespace, of.name),
         },
-        (Some(_), Some(uid)) => match of.uid {
-            Some(want) if want == uid => Owner::This,
-            // The deleted object was never seen: any incarnation of this cell's shard is gone.
-            None => Owner::This,
-            Some(_) => Owner::OtherIncarnation {
-                uid: uid.to_string(),
-            },
+        (Some(_), Some(uid)) if uid == of.uid => Owner::This,
+        (Some(_), Some(uid)) => Owner::OtherIncarnation {
+            uid: uid.to_string(),
         },
     }
 }
@@ -352,7 +346,7 @@ mod tests {
         annotated_claim("c", pairs)
     }
 
-    fn incarnation(uid: Option<&'static str>) -> Incarnation<'static> {
+    fn incarnation(uid: &'static str) -> Incarnation<'static> {
         Incarnation {
             cell: CELL,
             namespace: "ns",
@@ -371,27 +365,17 @@ mod tests {
                 (ANNOTATION_SHARD_UID, uid),
             ])
         };
+        assert_eq!(owner(&full(CELL, "u1"), &incarnation("u1")), Owner::This);
         assert_eq!(
-            owner(&full(CELL, "u1"), &incarnation(Some("u1"))),
-            Owner::This
-        );
-        assert_eq!(
-            owner(&full(CELL, "u1"), &incarnation(Some("u2"))),
+            owner(&full(CELL, "u1"), &incarnation("u2")),
             Owner::OtherIncarnation { uid: "u1".into() }
         );
-        assert_eq!(owner(&full(CELL, "u1"), &incarnation(None)), Owner::This);
         assert_eq!(
-            owner(&full("other-cell", "u1"), &incarnation(Some("u1"))),
+            owner(&full("other-cell", "u1"), &incarnation("u1")),
             Owner::OtherCell {
                 cell: "other-cell".into()
             },
             "another cell's claim is never ours, even with the same UID"
-        );
-        assert_eq!(
-            owner(&full("other-cell", "u1"), &incarnation(None)),
-            Owner::OtherCell {
-                cell: "other-cell".into()
-            }
         );
     }
 
@@ -401,19 +385,19 @@ mod tests {
             (ANNOTATION_SHARD_NAMESPACE, "ns"),
             (ANNOTATION_SHARD_NAME, "s"),
         ]);
-        assert_eq!(owner(&legacy, &incarnation(Some("u1"))), Owner::Unmarked);
+        assert_eq!(owner(&legacy, &incarnation("u1")), Owner::Unmarked);
         let other = claim_with(&[
             (ANNOTATION_SHARD_NAMESPACE, "ns"),
             (ANNOTATION_SHARD_NAME, "t"),
         ]);
         assert_eq!(
-            owner(&other, &incarnation(Some("u1"))),
+            owner(&other, &incarnation("u1")),
             Owner::OtherShard {
                 holder: "ns/t".into()
             }
         );
         assert_eq!(
-            owner(&claim_with(&[]), &incarnation(Some("u1"))),
+            owner(&claim_with(&[]), &incarnation("u1")),
             Owner::OtherShard {
                 holder: "<none>/<none>".into()
             }
@@ -424,7 +408,7 @@ mod tests {
             (ANNOTATION_SHARD_UID, "u1"),
         ]);
         assert!(matches!(
-            owner(&half, &incarnation(Some("u1"))),
+            owner(&half, &incarnation("u1")),
             Owner::OtherShard { .. }
         ));
     }

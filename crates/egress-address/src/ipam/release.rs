@@ -4,7 +4,7 @@
 //! Milo's claim DELETE reads no preconditions: it removes whatever claim holds the name when it
 //! lands, however late that is. So nothing here leans on one. What makes a release safe is:
 //! 1. **whose** the claim is, read from its name and annotations ([`whose`]): one incarnation of
-//!    one shard of this cell. A claim named with its incarnation ([`Naming::Incarnation`]) is
+//!    one shard of this cell. A claim named with its incarnation (`naming::claim_name`) is
 //!    that incarnation's alone, so a DELETE of the name can only ever remove it. A claim whose
 //!    incarnation cannot be told (another cell's, one marked by nobody, the Go controller's
 //!    without the word of the shard that recorded it) is never released;
@@ -24,7 +24,6 @@ use kube::{Api, Client, ResourceExt};
 
 use super::client::{Deleted, Ipam};
 use super::holding::HolderKind;
-use super::naming::Naming;
 use super::orphans::{Marks, marks};
 
 /// The shard of a name as the cell has it now.
@@ -58,10 +57,6 @@ pub enum Whose {
         namespace: String,
         name: String,
         uid: String,
-        /// Named with its incarnation (no other incarnation's DELETE can remove it), or before
-        /// that (a DELETE of the name removes whichever claim holds it; nothing creates such a
-        /// name any more).
-        naming: Naming,
     },
     /// Any shard of `namespace/name`: the Go controller's claim, which names no incarnation,
     /// released only on an operator's word (`--include-legacy-claims`) once no shard of the name
@@ -110,7 +105,7 @@ pub fn whose(claim: &IPClaim, cell: &str, vouch: Vouch<'_>) -> Result<Whose, Str
             namespace,
             name,
             uid,
-            naming,
+            ..
         } => {
             if theirs != cell {
                 return Err(format!("it was made by cell {theirs:?}"));
@@ -119,7 +114,6 @@ pub fn whose(claim: &IPClaim, cell: &str, vouch: Vouch<'_>) -> Result<Whose, Str
                 namespace,
                 name,
                 uid,
-                naming,
             })
         }
         Marks::Legacy { namespace, name } => match vouch {
@@ -127,7 +121,6 @@ pub fn whose(claim: &IPClaim, cell: &str, vouch: Vouch<'_>) -> Result<Whose, Str
                 namespace,
                 name,
                 uid: uid.to_string(),
-                naming: Naming::WithoutIncarnation,
             }),
             Vouch::LegacyByOperator => Ok(Whose::AnyOfName { namespace, name }),
             Vouch::None => Err(
@@ -398,22 +391,13 @@ mod tests {
         let name = claim_name(CELL, "ns", "s", "u1");
         let w = whose(&marked(&name, CELL, "u1"), CELL, Vouch::None).unwrap();
         assert_eq!(w.uid(), Some("u1"));
-        assert!(matches!(
-            w,
-            Whose::Incarnation {
-                naming: Naming::Incarnation,
-                ..
-            }
-        ));
         let old = claim_name_without_incarnation(CELL, "ns", "s");
         let w = whose(&marked(&old, CELL, "u1"), CELL, Vouch::None).unwrap();
-        assert!(matches!(
-            w,
-            Whose::Incarnation {
-                naming: Naming::WithoutIncarnation,
-                ..
-            }
-        ));
+        assert_eq!(
+            w.uid(),
+            Some("u1"),
+            "a claim named before the incarnation was in the name is still its incarnation's"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ impl ClaimRequest<'_> {
             cell: self.cell,
             namespace: self.shard_namespace,
             name: self.shard_name,
-            uid: Some(self.shard_uid),
+            uid: self.shard_uid,
         }
     }
 }
