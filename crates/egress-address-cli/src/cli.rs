@@ -4,13 +4,13 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::{audit, bench, chaos, conformance, demo};
+use crate::audit;
 
 #[derive(Parser)]
 #[command(
     name = "egress-address",
     version,
-    about = "Demo, audit and tooling for the egress address controller"
+    about = "The operator's tool for the egress address controller: audit a fleet, release orphaned claims, the CRD"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -19,22 +19,11 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Run localplane, the real IPAM inventory and the real controller on loopback, address shards,
-    /// and show which address went where.
-    Demo(demo::DemoArgs),
-    /// Print the EgressShard CRD as YAML (the source of config/crd/).
-    Crd,
     /// For every shard in the cell, read the IPAM record its ref names and judge the attribution.
     /// Exits 0 when everything is consistent, 1 when anything is not, 2 when it could not run.
     Audit(audit::AuditArgs),
-    /// Benchmark the controller against localplane (docs/benchmarks.md): the matrix, or one mode.
-    Bench(bench::BenchCli),
-    /// Run the controller under injected faults and kills, then check the invariants.
-    Chaos(chaos::ChaosArgs),
-    /// Replay every request shape the controller, this tool, kubectl and the Python client make
-    /// on localplane and on the real kube-apiserver, and compare the answers. Exits 0 when every
-    /// difference is explained, 1 when one is not, 2 when it could not run.
-    Conformance(conformance::ConformanceArgs),
+    /// Print the EgressShard CRD as YAML (the source of config/crd/).
+    Crd,
     /// Print a completion script for a shell, e.g. `egress-address completions bash >
     /// /etc/bash_completion.d/egress-address`.
     Completions {
@@ -55,47 +44,15 @@ impl Cli {
                 ExitCode::SUCCESS
             }
             Command::Completions { shell } => {
-                clap_complete::generate(
-                    shell,
-                    &mut Cli::command(),
-                    "egress-address",
-                    &mut std::io::stdout(),
-                );
+                print_completions::<Cli>(shell, "egress-address");
                 ExitCode::SUCCESS
             }
             Command::Audit(args) => ExitCode::from(audit::main(&args).await.code()),
-            Command::Bench(args) => exit(bench::run(args).await.map(|()| true)),
-            Command::Conformance(args) => ExitCode::from(conformance::main(&args).await),
-            Command::Chaos(args) => exit(chaos::main(args).await.map(|()| true)),
-            Command::Demo(args) => {
-                init_logging();
-                exit(demo::run(&args).await)
-            }
         }
     }
 }
 
-/// 0 for success, 1 for a run that did not succeed or an error (printed as `anyhow` would).
-fn exit(result: anyhow::Result<bool>) -> ExitCode {
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("Error: {e:?}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The demo prints its own progress; the controller's logs go to stderr at warn unless RUST_LOG
-/// says otherwise.
-fn init_logging() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // The in-process controller logs from its tasks; a closed stderr must not panic them.
-        .log_internal_errors(false)
-        .try_init();
+/// Writes the completion script of `C` for `shell` to stdout.
+pub fn print_completions<C: CommandFactory>(shell: clap_complete::Shell, name: &str) {
+    clap_complete::generate(shell, &mut C::command(), name, &mut std::io::stdout());
 }

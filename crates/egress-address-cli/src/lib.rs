@@ -1,25 +1,19 @@
-//! The `egress-address` tool. Imports point one way, down this list:
+//! `egress-address`, the operator's tool. Imports point one way, down this list:
 //!
 //! ```text
-//! cli                       the command line, exit codes
+//! cli        the command line, exit codes
 //!  ↓
-//! demo  audit/  bench/  chaos/   one folder or file per command (audit/verdict is a pure
-//!                                judgement, tested without a server; chaos/invariants judges
-//!                                from store reads, tested on worlds with violations planted)
+//! audit/     which address went where, orphaned claims and their release
+//!            (audit/verdict and audit/fleet are pure judgements, tested without a server)
 //!  ↓
-//! fleet  cell  table        controller processes against the test world; which server is
-//!                           the cell (and the real one's install); text tables
+//! table      text tables
 //! ```
 //!
-//! The world itself (localplane with a cell, the platform project, IPAM and the shipped
-//! inventory) is `localplane::testing`, shared with the controller's tests.
+//! It links the controller's library for everything it judges and releases by (naming, the
+//! release path, the IPAM client), and nothing of the lab: the demo, bench, chaos and
+//! conformance are `egress-address-lab` (crates/egress-address-lab), which also holds the tests
+//! that run this tool against a cell.
 
 pub mod audit;
-pub mod bench;
-pub mod cell;
-pub mod chaos;
 pub mod cli;
-pub mod conformance;
-pub mod demo;
-pub mod fleet;
-mod table;
+pub mod table;

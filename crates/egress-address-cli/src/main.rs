@@ -1,4 +1,4 @@
-//! `egress-address`: the operator's tool around the controller (see [`egress_address_cli::cli`]).
+//! `egress-address`: the operator's tool beside kubectl (see [`egress_address_cli::cli`]).
 
 use std::process::ExitCode;
 
