@@ -92,3 +92,29 @@ fn the_lab_commands_are_not_the_operators() {
         );
     }
 }
+
+/// What an operator installs links nothing of the lab: `cargo tree` of this package, its
+/// dev-dependencies included, names neither localplane nor the real-cell harness.
+#[test]
+fn the_tool_depends_on_nothing_of_the_lab() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "--prefix",
+            "none",
+            "-e",
+            "all",
+        ])
+        .args(["-p", env!("CARGO_PKG_NAME")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(out.status.success(), "{out:?}");
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(tree.contains("egress-address v"), "{tree}");
+    for lab in ["localplane v", "realcell v", "egress-address-lab v"] {
+        assert!(!tree.contains(lab), "the tool depends on {lab}:\n{tree}");
+    }
+}

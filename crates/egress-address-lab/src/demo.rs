@@ -181,7 +181,7 @@ pub async fn run(args: &DemoArgs) -> Result<bool> {
         let ipam_admin = world.lp().kubeconfig_path(PLATFORM_PROJECT, ADMIN)?;
         let steps = NextSteps {
             kubectl: project_kubectl(),
-            tool: as_typed(&crate::fleet::tool_for_cli()?),
+            tool: crate::fleet::tool_command(),
             cell: cell_admin,
             ipam: ipam_admin,
         };
@@ -331,7 +331,7 @@ fn print_rows(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
 struct NextSteps {
     /// kubectl where the project puts it (`.venv/bin/kubectl`, by `bash .ci/install-kubectl`).
     kubectl: String,
-    /// The operator's tool, beside this binary.
+    /// The operator's tool: beside this binary, else how to run it (`fleet::tool_command`).
     tool: String,
     cell: std::path::PathBuf,
     ipam: std::path::PathBuf,
@@ -370,21 +370,8 @@ Press Ctrl-C to stop."
 fn project_kubectl() -> String {
     let path = localplane::testing::workspace_root().join(".venv/bin/kubectl");
     if path.is_file() {
-        as_typed(&path)
+        crate::fleet::as_typed(&path)
     } else {
         "kubectl".to_string()
-    }
-}
-
-/// A path as a person types it from the current directory: relative below it (`.venv/bin/kubectl`,
-/// `target/release/egress-address`), absolute elsewhere.
-fn as_typed(path: &Path) -> String {
-    let below = std::env::current_dir()
-        .ok()
-        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf));
-    match below {
-        Some(rel) if rel.components().count() > 1 => rel.display().to_string(),
-        Some(rel) => format!("./{}", rel.display()),
-        None => path.display().to_string(),
     }
 }

@@ -66,13 +66,47 @@ pub fn controller_for_cli(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     locate_controller(explicit)
 }
 
-/// The operator's tool, `egress-address`, of this executable's profile (see [`built_for_cli`]):
-/// what the demo's next steps name and the tests run.
-pub fn tool_for_cli() -> anyhow::Result<PathBuf> {
-    const NAME: &str = "egress-address";
-    built_for_cli("egress-address-cli", NAME)?;
-    locate_binary(NAME).with_context(|| {
-        format!("build it with `cargo build --release -p egress-address-cli --bin {NAME}`")
+/// How a person runs the operator's tool from here: the `egress-address` binary beside this one
+/// when it is there, else, under `cargo run`, the same command for it (cargo builds only the binary
+/// it runs, and building the tool here would make the demo wait), else the one on PATH.
+pub fn tool_command() -> String {
+    tool_command_for(
+        locate_binary("egress-address").ok().as_deref(),
+        std::env::var_os("CARGO").is_some(),
+        this_is_a_release_build(),
+    )
+}
+
+fn tool_command_for(beside: Option<&Path>, under_cargo: bool, release: bool) -> String {
+    match beside {
+        Some(bin) => as_typed(bin),
+        None if under_cargo && release => "cargo run --release --bin egress-address --".to_string(),
+        None if under_cargo => "cargo run --bin egress-address --".to_string(),
+        None => "egress-address".to_string(),
+    }
+}
+
+/// A path as a person types it from the current directory: relative below it
+/// (`target/release/egress-address`, `./x`), absolute elsewhere.
+pub fn as_typed(path: &Path) -> String {
+    let below = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf));
+    match below {
+        Some(rel) if rel.components().count() > 1 => rel.display().to_string(),
+        Some(rel) => format!("./{}", rel.display()),
+        None => path.display().to_string(),
+    }
+}
+
+/// Whether this executable is of the release profile (test executables live in `deps/`, one
+/// level below the profile's directory).
+fn this_is_a_release_build() -> bool {
+    std::env::current_exe().is_ok_and(|exe| {
+        exe.ancestors()
+            .skip(1)
+            .take(2)
+            .any(|d| d.file_name().is_some_and(|n| n == "release"))
     })
 }
 
@@ -84,19 +118,17 @@ pub fn built_for_cli(package: &str, bin: &str) -> anyhow::Result<()> {
     let Some(cargo) = std::env::var_os("CARGO") else {
         return Ok(());
     };
-    let exe = std::env::current_exe().context("locating the current executable")?;
-    // Test executables live in `deps/`, one level below the profile's directory.
-    let release = exe
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .any(|d| d.file_name().is_some_and(|n| n == "release"));
+    let release = this_is_a_release_build();
     let mut cmd = std::process::Command::new(cargo);
     cmd.current_dir(workspace_root())
-        .args(["build", "--quiet", "-p", package, "--bin", bin]);
+        .args(["build", "-p", package, "--bin", bin]);
     if release {
         cmd.arg("--release");
     }
+    eprintln!(
+        "building {bin} ({})",
+        if release { "release" } else { "dev" }
+    );
     let status = cmd.status().context("running cargo build")?;
     if !status.success() {
         bail!("cargo build -p {package} --bin {bin} failed: {status}");
@@ -409,4 +441,32 @@ pub async fn http_status(port: u16, path: &str) -> Option<u16> {
         .await
         .ok()
         .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tool_is_named_as_a_person_runs_it_from_here() {
+        let cwd = std::env::current_dir().unwrap();
+        let beside = cwd.join("target/release/egress-address");
+        assert_eq!(
+            tool_command_for(Some(&beside), true, true),
+            "target/release/egress-address"
+        );
+        assert_eq!(
+            tool_command_for(Some(Path::new("/opt/x/egress-address")), false, false),
+            "/opt/x/egress-address"
+        );
+        assert_eq!(
+            tool_command_for(None, true, true),
+            "cargo run --release --bin egress-address --"
+        );
+        assert_eq!(
+            tool_command_for(None, true, false),
+            "cargo run --bin egress-address --"
+        );
+        assert_eq!(tool_command_for(None, false, true), "egress-address");
+    }
 }

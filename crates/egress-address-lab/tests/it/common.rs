@@ -11,12 +11,53 @@ use tokio::sync::{Mutex, MutexGuard};
 /// The `egress-address-lab` binary this test binary was built with.
 pub const LAB: &str = env!("CARGO_BIN_EXE_egress-address-lab");
 
-/// The operator's tool, `egress-address`, of this profile: a package of its own, which links
-/// nothing of the lab, so cargo gives its path only to its own tests; built here once if stale.
+/// The operator's tool, `egress-address`, of this profile. A package of its own, which links
+/// nothing of the lab, so cargo gives its path only to its own tests: `cargo test --workspace`
+/// builds it beside this binary's profile; run alone, this package's tests build it first when it
+/// is missing or older than its source.
 pub fn tool() -> PathBuf {
     static TOOL: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    TOOL.get_or_init(|| egress_address_lab::fleet::tool_for_cli().expect("the egress-address tool"))
-        .clone()
+    TOOL.get_or_init(|| {
+        let found = egress_address_lab::fleet::locate_binary("egress-address").ok();
+        if found.as_deref().is_none_or(older_than_source) {
+            egress_address_lab::fleet::built_for_cli("egress-address-cli", "egress-address")
+                .expect("building the egress-address tool");
+        }
+        egress_address_lab::fleet::locate_binary("egress-address").expect("the egress-address tool")
+    })
+    .clone()
+}
+
+/// Whether `bin` is older than any source file of the tool or the controller library.
+fn older_than_source(bin: &Path) -> bool {
+    fn newest(dir: &Path) -> std::time::SystemTime {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| {
+                let path = e.path();
+                if path.is_dir() {
+                    newest(&path)
+                } else {
+                    e.metadata()
+                        .and_then(|m| m.modified())
+                        .unwrap_or(std::time::UNIX_EPOCH)
+                }
+            })
+            .max()
+            .unwrap_or(std::time::UNIX_EPOCH)
+    }
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::UNIX_EPOCH);
+    [
+        "crates/egress-address-cli",
+        "crates/egress-address/src",
+        "crates/api/src",
+    ]
+    .iter()
+    .any(|dir| newest(&root().join(dir)) > built)
 }
 
 static FLEET: Mutex<()> = Mutex::const_new(());

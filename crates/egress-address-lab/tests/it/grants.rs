@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use egress_address::runtime::metrics_auth::MetricsAuth;
+use egress_address::admin::auth::MetricsAuth;
 use egress_address::{Controller, LeaderElection, Metrics, Settings};
 use egress_address_lab::fleet;
 use localplane::Identity;

@@ -264,8 +264,8 @@ fn imports(krate: &Crate) -> Vec<(ModPath, ModPath, PathBuf)> {
         for segments in paths(code) {
             let mut target = resolve(own, &segments);
             // A name the crate root re-exports stands for the module it comes from.
-            if target.len() >= 1
-                && !krate.modules.contains(&target[..1].to_vec())
+            if !target.is_empty()
+                && !krate.modules.contains(&target[..1])
                 && let Some(module) = krate.root_names.get(&target[0])
             {
                 target = module.clone();
@@ -346,19 +346,23 @@ fn every_import_points_down_its_crates_layers() {
                 continue;
             }
             let shown = file.strip_prefix(root()).unwrap_or(&file).display();
-            let (Some(own), Some(target)) = (layer_of(&from[0]), to.first().map(|t| layer_of(t)))
-            else {
-                // The crate root's own items sit above every module.
-                wrong.push(format!("{shown} imports from the crate root, above it"));
+            // A module in no layer is named above.
+            let Some(own) = layer_of(&from[0]) else {
                 continue;
             };
-            match target {
-                Some(layer) if layer > own => {}
-                Some(_) => wrong.push(format!(
-                    "{shown}: {} imports {}, which is not below it",
-                    from[0], to[0]
-                )),
-                None => {}
+            let Some(target) = to.first() else {
+                // The crate root's own items sit above every module.
+                wrong.push(format!(
+                    "{shown}: {} imports from the crate root, above it",
+                    from[0]
+                ));
+                continue;
+            };
+            if layer_of(target).is_some_and(|layer| layer <= own) {
+                wrong.push(format!(
+                    "{shown}: {} imports {target}, which is not below it",
+                    from[0]
+                ));
             }
         }
     }
