@@ -3,7 +3,19 @@
 //! [`handle`] is the router's only handler. It finds the plane, authenticates, and hands
 //! resource requests to [`resource`]; [`routes`] parses paths and verbs, [`respond`] renders
 //! bodies and errors, and [`listen`] accepts connections (and drops one when a fault says so).
+//!
+//! Imports between the files point down this list, never up:
+//!
+//! ```text
+//! resource      serve: admit (resolve, authorize, draw faults), settle, one function per verb
+//! release       the DELETE in two writes (Milo's IPClaim), with its release faults
+//! call          Call (a request resolved to its kind), LateFaults, Count and Reply
+//! review        the access and identity reviews
+//! impersonate   who a request acts as
+//! respond, routes, listen
+//! ```
 
+mod call;
 mod impersonate;
 pub(crate) mod listen;
 mod release;
@@ -26,7 +38,7 @@ use crate::config::Identity;
 use crate::error::ApiError;
 use crate::hooks::Caller;
 use crate::shared::Shared;
-use resource::Reply;
+use call::Reply;
 use respond::{ok_json, plain_not_found, resource_not_found};
 pub use routes::PROJECT_PREFIX;
 use routes::{Query, ResourcePath, Verb};

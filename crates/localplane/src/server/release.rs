@@ -3,31 +3,14 @@
 //! fail (`when: release`), then the answer: 200 with the object as the first write left it, as
 //! Milo answers.
 
-use std::time::Duration;
-
-use super::resource::{Call, Count, Reply};
+use super::call::{Call, Count, LateFaults, Reply};
 use super::respond::ok_json;
 use crate::error::ApiError;
 use crate::faults::Failure;
 
-/// The faults drawn for a request's release step.
-#[derive(Debug, Default)]
-pub(crate) struct ReleaseFaults {
-    /// Between the first write and the release.
-    pub delay: Duration,
-    /// The release fails (the object stays as the first write left it).
-    pub failure: Option<Failure>,
-}
-
-/// Runs both steps of the DELETE `call` and answers it; `after` replaces the answer once both
-/// landed, as for any request.
-pub(super) async fn delete(
-    count: &Count,
-    call: &Call,
-    body: &[u8],
-    after: Option<Failure>,
-    release: ReleaseFaults,
-) -> Reply {
+/// Runs both steps of the DELETE `call` and answers it; an after-apply fault replaces the answer
+/// once both landed, as for any request.
+pub(super) async fn delete(count: &Count, call: &Call, body: &[u8], late: LateFaults) -> Reply {
     let opts = match call.delete_opts(body) {
         Ok(o) => o,
         Err(e) => return count.answer(Err(e)),
@@ -45,12 +28,12 @@ pub(super) async fn delete(
     if opts.dry_run {
         return count.answer(Ok(ok_json(&marked)));
     }
-    if let Some(f) = release.failure {
+    if let Some(f) = late.release_failure {
         // The service words the answer; the fault says only why it failed.
         let status = call.plane.release_failure(&call.def, &f.status.0.message);
         return count.fail(Failure { status, ..f });
     }
-    let released = if release.delay.is_zero() {
+    let released = if late.release_delay.is_zero() {
         call.plane.finish_release(
             &call.def,
             ns.as_deref(),
@@ -63,7 +46,7 @@ pub(super) async fn delete(
         count.shared.metrics.record_delayed_release(&count.plane);
         let (plane, def, caller) = (call.plane.clone(), call.def.clone(), call.caller.clone());
         let first = marked.clone();
-        let delay = release.delay;
+        let delay = late.release_delay;
         // Spawned, not awaited in place: axum drops this handler when the client disconnects,
         // and the release must land anyway.
         let late = tokio::spawn(async move {
@@ -78,9 +61,5 @@ pub(super) async fn delete(
             ))
         })
     };
-    let answer = released.map(|()| ok_json(&marked));
-    match after {
-        None => count.answer(answer),
-        Some(f) => count.fail(f),
-    }
+    count.applied(released.map(|()| ok_json(&marked)), late.after)
 }

@@ -5,27 +5,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, header};
 use serde_json::{Value, json};
 
+use super::call::{Call, Count, LateFaults, Reply};
 use super::impersonate::Subject;
-use super::listen::Silence;
-use super::release::{self, ReleaseFaults};
+use super::release;
 use super::respond::{
     Shape, as_version, json_body, json_response, list_body, ok_json, resource_not_found,
 };
 use super::review;
 use super::routes::{Query, ResourcePath, Verb};
 use crate::error::ApiError;
-use crate::faults::{Decision, Failure, FaultOutcome, FaultWhen, Reach};
+use crate::faults::{Decision, FaultWhen, Reach};
 use crate::hooks::Caller;
 use crate::kinds::BuiltinKind;
-use crate::metrics::InFlight;
-use crate::plane::{
-    DeleteOpts, FieldValidation, ListQuery, PatchKind, Plane, Target, WriteOpts, Written,
-};
+use crate::plane::{ListQuery, PatchKind, Plane, Written};
 use crate::rbac;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -47,122 +44,8 @@ pub(crate) struct Request<'a> {
     pub headers: &'a HeaderMap,
 }
 
-/// A request resolved to the kind it addresses.
-pub(super) struct Call {
-    /// Who the tokens are (a TokenReview asks).
-    shared: Arc<Shared>,
-    pub(super) plane: Plane,
-    pub(super) def: Arc<ResourceDef>,
-    pub(super) caller: Caller,
-    /// Whom the request acts as (the reviews answer about them).
-    subject: Subject,
-    rbac: bool,
-    verb: Verb,
-    pub(super) path: ResourcePath,
-    query: Query,
-    shape: Shape,
-    content_type: String,
-    /// The client's User-Agent (the default field manager).
-    user_agent: String,
-    /// Addresses the `/status` subresource.
-    status: bool,
-    /// Applied after a commit delay rather than as it arrived.
-    late_commit: bool,
-}
-
-impl Call {
-    fn target(&self) -> Target<'_> {
-        Target {
-            def: &self.def,
-            version: &self.path.version,
-            ns: self.path.namespace.as_deref(),
-            status: self.status,
-        }
-    }
-
-    pub(super) fn name(&self) -> &str {
-        self.path.name.as_deref().unwrap_or("")
-    }
-
-    /// The `DeleteOptions` of a DELETE, with whether it lands late.
-    pub(super) fn delete_opts(&self, body: &[u8]) -> Result<DeleteOpts, ApiError> {
-        let mut opts = delete_opts(body, self.write_opts().dry_run)?;
-        opts.late_commit = self.late_commit;
-        Ok(opts)
-    }
-
-    fn write_opts(&self) -> WriteOpts {
-        WriteOpts {
-            dry_run: self.query.get("dryRun").is_some_and(|d| d == "All"),
-            field_validation: match self.query.get("fieldValidation") {
-                Some("Strict") => FieldValidation::Strict,
-                Some("Ignore") => FieldValidation::Ignore,
-                _ => FieldValidation::Warn,
-            },
-            field_manager: self.query.get("fieldManager").map(str::to_string),
-            force: self.query.get("force").map(str::to_string),
-            user_agent: self.user_agent.clone(),
-            ..Default::default()
-        }
-    }
-}
-
-/// How a request ends.
-pub(crate) enum Reply {
-    Answer(Response),
-    /// An injected fault withholds the answer.
-    Silence(Silence),
-}
-
-/// Counts a request once its answer is decided, wherever that happens (a delayed commit decides
-/// it in a task of its own, even after the client left).
-#[derive(Clone)]
-pub(super) struct Count {
-    pub(super) shared: Arc<Shared>,
-    pub(super) plane: String,
-    verb: Verb,
-    resource: String,
-    /// Dropped with the last clone, after the answer is counted.
-    _in_flight: Arc<InFlight>,
-}
-
-impl Count {
-    pub(super) fn answer(&self, r: Result<Response, ApiError>) -> Reply {
-        let resp = r.unwrap_or_else(IntoResponse::into_response);
-        self.record(resp.status().as_u16());
-        Reply::Answer(resp)
-    }
-
-    pub(super) fn fail(&self, f: Failure) -> Reply {
-        self.shared
-            .metrics
-            .record_failure(&self.plane, f.when, f.outcome);
-        match f.outcome {
-            FaultOutcome::Status => self.answer(Err(f.status)),
-            FaultOutcome::Reset => self.silence(Silence::Reset),
-            FaultOutcome::Hang => self.silence(Silence::Hang),
-        }
-    }
-
-    fn silence(&self, how: Silence) -> Reply {
-        self.record(0);
-        Reply::Silence(how)
-    }
-
-    fn record(&self, code: u16) {
-        self.shared
-            .record(&self.plane, self.verb.as_str(), &self.resource, code);
-    }
-}
-
 pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
-    let count = Count {
-        _in_flight: Arc::new(req.shared.metrics.begin()),
-        shared: req.shared.clone(),
-        plane: req.plane.name().to_string(),
-        verb: req.verb,
-        resource: req.path.label(),
-    };
+    let count = Count::begin(&req.shared, req.plane.name(), req.verb, req.path.label());
     let (mut call, decision) = match admit(req) {
         Ok(x) => x,
         Err(e) => return count.answer(Err(e)),
@@ -170,20 +53,14 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
-    let mut release = ReleaseFaults {
-        delay: decision.release_delay,
-        failure: None,
+    let mut late = LateFaults {
+        release_delay: decision.release_delay,
+        ..Default::default()
     };
-    let (before, after) = match decision.failure {
-        Some(f) if f.when == FaultWhen::BeforeApply => (Some(f), None),
-        Some(f) if f.when == FaultWhen::Release => {
-            release.failure = Some(f);
-            (None, None)
-        }
-        other => (None, other),
-    };
-    if let Some(f) = before {
-        return count.fail(f);
+    match decision.failure {
+        Some(f) if f.when == FaultWhen::BeforeApply => return count.fail(f),
+        Some(f) if f.when == FaultWhen::Release => late.release_failure = Some(f),
+        other => late.after = other,
     }
     if call.verb == Verb::Watch {
         return count.answer(watch(&count.shared, &call));
@@ -201,17 +78,17 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
         Err(e) => return count.answer(Err(e)),
     };
     if decision.commit_delay.is_zero() {
-        return settle(&count, &call, &body, after, release).await;
+        return settle(&count, &call, &body, late).await;
     }
     count.shared.metrics.record_delayed_commit(&count.plane);
     let delay = decision.commit_delay;
     call.late_commit = true;
-    let late = count.clone();
+    let counted = count.clone();
     // Spawned, not awaited in place: axum drops this handler when the client disconnects, and
     // the commit must land anyway.
     let commit = tokio::spawn(async move {
         tokio::time::sleep(delay).await;
-        settle(&late, &call, &body, after, release).await
+        settle(&counted, &call, &body, late).await
     });
     match commit.await {
         Ok(reply) => reply,
@@ -224,21 +101,11 @@ pub(crate) async fn serve(req: Request<'_>, body: Body) -> Reply {
 }
 
 /// Applies the request, then answers it, or replaces the answer with an after-apply fault.
-async fn settle(
-    count: &Count,
-    call: &Call,
-    body: &[u8],
-    after: Option<Failure>,
-    release: ReleaseFaults,
-) -> Reply {
+async fn settle(count: &Count, call: &Call, body: &[u8], late: LateFaults) -> Reply {
     if is_two_step_delete(call) {
-        return release::delete(count, call, body, after, release).await;
+        return release::delete(count, call, body, late).await;
     }
-    let answer = apply(call, body);
-    match after {
-        None => count.answer(answer),
-        Some(f) => count.fail(f),
-    }
+    count.applied(apply(call, body), late.after)
 }
 
 /// Resolves and authorizes the request, and draws the faults it gets.
@@ -709,33 +576,6 @@ fn delete_collection(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
         200,
         list_body(def, version, &meta, &res.items),
     ))
-}
-
-/// The `DeleteOptions` body, if any: preconditions and dry run.
-fn delete_opts(body: &[u8], dry_run: bool) -> Result<DeleteOpts, ApiError> {
-    let mut opts = DeleteOpts {
-        dry_run,
-        ..Default::default()
-    };
-    if body.is_empty() {
-        return Ok(opts);
-    }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
-    let precondition = |field: &str| {
-        v.pointer(&format!("/preconditions/{field}"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    opts.uid = precondition("uid");
-    opts.resource_version = precondition("resourceVersion");
-    if v.get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|x| x == "All"))
-    {
-        opts.dry_run = true;
-    }
-    Ok(opts)
 }
 
 async fn read_bytes(body: Body) -> Result<Bytes, ApiError> {
