@@ -26,10 +26,7 @@ pub enum Command {
     Crd,
     /// Print a completion script for a shell, e.g. `egress-address completions bash >
     /// /etc/bash_completion.d/egress-address`.
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
+    Completions(Completions),
 }
 
 impl Cli {
@@ -43,16 +40,23 @@ impl Cli {
                 );
                 ExitCode::SUCCESS
             }
-            Command::Completions { shell } => {
-                print_completions::<Cli>(shell, "egress-address");
-                ExitCode::SUCCESS
-            }
+            Command::Completions(c) => c.print::<Cli>("egress-address"),
             Command::Audit(args) => ExitCode::from(audit::main(&args).await.code()),
         }
     }
 }
 
-/// Writes the completion script of `C` for `shell` to stdout.
-pub fn print_completions<C: CommandFactory>(shell: clap_complete::Shell, name: &str) {
-    clap_complete::generate(shell, &mut C::command(), name, &mut std::io::stdout());
+/// `completions SHELL`, for this tool and the lab alike.
+#[derive(clap::Args)]
+pub struct Completions {
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+impl Completions {
+    /// Writes the completion script of command line `C`, installed as `name`, to stdout.
+    pub fn print<C: CommandFactory>(&self, name: &str) -> ExitCode {
+        clap_complete::generate(self.shell, &mut C::command(), name, &mut std::io::stdout());
+        ExitCode::SUCCESS
+    }
 }

@@ -31,20 +31,14 @@ pub enum Command {
     /// difference is explained, 1 when one is not, 2 when it could not run.
     Conformance(conformance::ConformanceArgs),
     /// Print a completion script for a shell, e.g. `source <(egress-address-lab completions bash)`.
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
+    Completions(egress_address_cli::cli::Completions),
 }
 
 impl Cli {
     /// Runs the command; errors are printed here, so the exit code is all a caller gets.
     pub async fn run(self) -> ExitCode {
         match self.command {
-            Command::Completions { shell } => {
-                egress_address_cli::cli::print_completions::<Cli>(shell, "egress-address-lab");
-                ExitCode::SUCCESS
-            }
+            Command::Completions(c) => c.print::<Cli>("egress-address-lab"),
             Command::Bench(args) => exit(bench::run(args).await.map(|()| true)),
             Command::Conformance(args) => ExitCode::from(conformance::main(&args).await),
             Command::Chaos(args) => exit(chaos::main(args).await.map(|()| true)),

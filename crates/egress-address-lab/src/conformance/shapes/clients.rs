@@ -23,55 +23,42 @@ pub(super) fn clients() -> Vec<Shape> {
 
     vec![
         // kubectl and the operator on shards.
-        Shape::new("kc-shard-create", "kubectl", Admin, "POST", SHARDS)
+        Shape::kubectl("kc-shard-create", "POST", SHARDS)
             .query("fieldManager=kubectl-create&fieldValidation=Strict")
             .body(JSON, shard0()),
-        Shape::new("kc-shard-create-exists", "kubectl", Admin, "POST", SHARDS)
+        Shape::kubectl("kc-shard-create-exists", "POST", SHARDS)
             .body(JSON, shard0())
             .given(shard0()),
-        Shape::new(
-            "kc-shard-create-unknown-warn",
-            "kubectl",
-            Admin,
-            "POST",
-            SHARDS,
-        )
-        .query("fieldValidation=Warn")
-        .body(JSON, unknown_field.clone()),
-        Shape::new(
-            "kc-shard-create-unknown-strict",
-            "kubectl",
-            Admin,
-            "POST",
-            SHARDS,
-        )
-        .query("fieldValidation=Strict")
-        .body(JSON, unknown_field),
-        Shape::new("kc-shard-create-invalid", "kubectl", Admin, "POST", SHARDS)
-            .body(JSON, no_target),
-        Shape::new("kc-shard-create-dry-run", "kubectl", Admin, "POST", SHARDS)
+        Shape::kubectl("kc-shard-create-unknown-warn", "POST", SHARDS)
+            .query("fieldValidation=Warn")
+            .body(JSON, unknown_field.clone()),
+        Shape::kubectl("kc-shard-create-unknown-strict", "POST", SHARDS)
+            .query("fieldValidation=Strict")
+            .body(JSON, unknown_field),
+        Shape::kubectl("kc-shard-create-invalid", "POST", SHARDS).body(JSON, no_target),
+        Shape::kubectl("kc-shard-create-dry-run", "POST", SHARDS)
             .query("dryRun=All&fieldManager=kubectl-create")
             .body(JSON, shard0()),
-        Shape::new("kc-shard-apply", "kubectl", Admin, "PATCH", SHARD)
+        Shape::kubectl("kc-shard-apply", "PATCH", SHARD)
             .query("fieldManager=kubectl&fieldValidation=Strict&force=false")
             .body(APPLY, labelled.clone()),
-        Shape::new("kc-shard-apply-conflict", "kubectl", Admin, "PATCH", SHARD)
+        Shape::kubectl("kc-shard-apply-conflict", "PATCH", SHARD)
             .query("fieldManager=kubectl")
             .body(APPLY, retargeted.clone())
             .given(shard0()),
-        Shape::new("kc-shard-apply-force", "kubectl", Admin, "PATCH", SHARD)
+        Shape::kubectl("kc-shard-apply-force", "PATCH", SHARD)
             .query("fieldManager=kubectl&force=true")
             .body(APPLY, retargeted)
             .given(shard0()),
-        Shape::new("kc-shard-apply-dry-run", "kubectl", Admin, "PATCH", SHARD)
+        Shape::kubectl("kc-shard-apply-dry-run", "PATCH", SHARD)
             .query("fieldManager=kubectl&dryRun=All")
             .body(APPLY, labelled)
             .given(shard0()),
-        Shape::new("kc-shard-merge-patch", "kubectl", Admin, "PATCH", SHARD)
+        Shape::kubectl("kc-shard-merge-patch", "PATCH", SHARD)
             .query("fieldManager=kubectl-label")
             .body(MERGE, json!({"metadata": {"labels": {"team": "b"}}}))
             .given(shard0()),
-        Shape::new("kc-shard-json-patch", "kubectl", Admin, "PATCH", SHARD)
+        Shape::kubectl("kc-shard-json-patch", "PATCH", SHARD)
             .query("fieldManager=kubectl-patch")
             .body(
                 JSON_PATCH,
@@ -79,41 +66,23 @@ pub(super) fn clients() -> Vec<Shape> {
                                      "value": {"team": "c"}}]),
             )
             .given(shard0()),
-        Shape::new(
-            "kc-shard-json-patch-test-fails",
-            "kubectl",
-            Admin,
-            "PATCH",
-            SHARD,
-        )
-        .body(
-            JSON_PATCH,
-            json!([{"op": "test", "path": "/spec/targetRef/name",
+        Shape::kubectl("kc-shard-json-patch-test-fails", "PATCH", SHARD)
+            .body(
+                JSON_PATCH,
+                json!([{"op": "test", "path": "/spec/targetRef/name",
                                      "value": "someone-else"}]),
-        )
-        .given(shard0()),
-        Shape::new("kc-shard-strategic-patch", "kubectl", Admin, "PATCH", SHARD)
+            )
+            .given(shard0()),
+        Shape::kubectl("kc-shard-strategic-patch", "PATCH", SHARD)
             .body(STRATEGIC, json!({"metadata": {"labels": {"team": "d"}}}))
             .given(shard0()),
-        Shape::new(
-            "kc-shard-write-once-patch",
-            "kubectl",
-            Admin,
-            "PATCH",
-            SHARD,
-        )
-        .body(MERGE, json!({"spec": {"shardAddressIPv6": "2001:db8::9"}}))
-        .given(assigned()),
-        Shape::new(
-            "kc-shard-status-update",
-            "kubectl",
-            Admin,
-            "PUT",
-            &format!("{SHARD}/status"),
-        )
-        .body(JSON, with_rv(with_status, "{rv}"))
-        .given(shard0()),
-        Shape::new("kc-shards-table", "kubectl", Admin, "GET", SHARDS)
+        Shape::kubectl("kc-shard-write-once-patch", "PATCH", SHARD)
+            .body(MERGE, json!({"spec": {"shardAddressIPv6": "2001:db8::9"}}))
+            .given(assigned()),
+        Shape::kubectl("kc-shard-status-update", "PUT", &format!("{SHARD}/status"))
+            .body(JSON, with_rv(with_status, "{rv}"))
+            .given(shard0()),
+        Shape::kubectl("kc-shards-table", "GET", SHARDS)
             .query("labelSelector=team%3Da&limit=500")
             .header("Accept", TABLE)
             .given({
@@ -121,64 +90,38 @@ pub(super) fn clients() -> Vec<Shape> {
                 s["metadata"]["labels"]["team"] = json!("a");
                 s
             }),
-        Shape::new("kc-shard-get-table", "kubectl", Admin, "GET", SHARD)
+        Shape::kubectl("kc-shard-get-table", "GET", SHARD)
             .header("Accept", TABLE)
             .given(shard0()),
-        Shape::new("kc-shards-label-selector", "kubectl", Admin, "GET", SHARDS)
+        Shape::kubectl("kc-shards-label-selector", "GET", SHARDS)
             .query("labelSelector=team%20in%20(a)")
             .given({
                 let mut s = shard0();
                 s["metadata"]["labels"] = json!({"team": "a"});
                 s
             }),
-        Shape::new(
-            "kc-shards-label-selector-bad",
-            "kubectl",
-            Admin,
-            "GET",
-            SHARDS,
-        )
-        .query("labelSelector=team%3D%3Da%3Db"),
-        Shape::new("kc-shards-field-selector", "kubectl", Admin, "GET", SHARDS)
+        Shape::kubectl("kc-shards-label-selector-bad", "GET", SHARDS)
+            .query("labelSelector=team%3D%3Da%3Db"),
+        Shape::kubectl("kc-shards-field-selector", "GET", SHARDS)
             .query("fieldSelector=metadata.name%3D{name}")
             .given(shard0()),
-        Shape::new(
-            "kc-shards-field-selector-bad",
-            "kubectl",
-            Admin,
-            "GET",
-            SHARDS,
-        )
-        .query("fieldSelector=spec.targetRef.name%3Dx"),
-        Shape::new(
-            "kc-shard-delete-uid-mismatch",
-            "kubectl",
-            Admin,
-            "DELETE",
-            SHARD,
-        )
-        .body(
-            JSON,
-            delete_options(json!({"uid": "00000000-0000-4000-8000-000000000000"})),
-        )
-        .given(shard0()),
-        Shape::new(
-            "kc-shard-delete-precondition-ok",
-            "kubectl",
-            Admin,
-            "DELETE",
-            SHARD,
-        )
-        .body(
-            JSON,
-            delete_options(json!({"uid": "{uid}", "resourceVersion": "{rv}"})),
-        )
-        .given(shard0()),
-        Shape::new("kc-shard-delete-missing", "kubectl", Admin, "DELETE", SHARD),
-        Shape::new(
+        Shape::kubectl("kc-shards-field-selector-bad", "GET", SHARDS)
+            .query("fieldSelector=spec.targetRef.name%3Dx"),
+        Shape::kubectl("kc-shard-delete-uid-mismatch", "DELETE", SHARD)
+            .body(
+                JSON,
+                delete_options(json!({"uid": "00000000-0000-4000-8000-000000000000"})),
+            )
+            .given(shard0()),
+        Shape::kubectl("kc-shard-delete-precondition-ok", "DELETE", SHARD)
+            .body(
+                JSON,
+                delete_options(json!({"uid": "{uid}", "resourceVersion": "{rv}"})),
+            )
+            .given(shard0()),
+        Shape::kubectl("kc-shard-delete-missing", "DELETE", SHARD),
+        Shape::kubectl(
             "kc-unknown-resource",
-            "kubectl",
-            Admin,
             "GET",
             "/apis/network.datumapis.com/v1alpha1/namespaces/{ns}/egressthings",
         ),
@@ -201,60 +144,43 @@ pub(super) fn clients() -> Vec<Shape> {
             CONFIGMAPS,
         )
         .body(JSON, configmap(json!({"a": "1"}))),
-        Shape::new(
+        can_i(
             "op-can-i-create-configmaps",
-            "kubectl",
             Operator,
-            "POST",
-            SSAR,
-        )
-        .body(JSON, access_review("create", "", "configmaps", "{ns}")),
+            "create",
+            "",
+            "configmaps",
+            "{ns}",
+        ),
         // Namespaces.
-        Shape::new("kc-namespace-create", "kubectl", Admin, "POST", NAMESPACES).body(
+        Shape::kubectl("kc-namespace-create", "POST", NAMESPACES).body(
             JSON,
             json!({"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": "{name}"}}),
         ),
-        Shape::new(
-            "kc-namespace-get-table",
-            "kubectl",
-            Admin,
-            "GET",
-            "/api/v1/namespaces/{ns}",
-        )
-        .header("Accept", TABLE),
-        Shape::new(
+        Shape::kubectl("kc-namespace-get-table", "GET", "/api/v1/namespaces/{ns}")
+            .header("Accept", TABLE),
+        Shape::kubectl(
             "kc-namespace-delete-kube-system",
-            "kubectl",
-            Admin,
             "DELETE",
             "/api/v1/namespaces/kube-system",
         ),
-        Shape::new(
-            "kc-namespace-delete",
-            "kubectl",
-            Admin,
-            "DELETE",
-            "/api/v1/namespaces/{name}",
-        )
-        .given(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "{name}"}})),
-        Shape::new("kc-shards-metadata-only", "kubectl", Admin, "GET", SHARDS)
+        Shape::kubectl("kc-namespace-delete", "DELETE", "/api/v1/namespaces/{name}").given(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "{name}"}}),
+        ),
+        Shape::kubectl("kc-shards-metadata-only", "GET", SHARDS)
             .query("fieldSelector=metadata.name%3D{name}")
             .header("Accept", METADATA_LIST)
             .given(shard0()),
-        Shape::new(
+        Shape::kubectl(
             "kc-core-events-by-object",
-            "kubectl",
-            Admin,
             "GET",
             "/api/v1/namespaces/{ns}/events",
         )
         .query("fieldSelector=involvedObject.name%3Dshard-0%2CinvolvedObject.namespace%3D{ns}")
         .given(event()),
-        Shape::new(
+        Shape::kubectl(
             "kc-serviceaccount-create",
-            "kubectl",
-            Admin,
             "POST",
             "/api/v1/namespaces/{ns}/serviceaccounts",
         )
@@ -263,10 +189,8 @@ pub(super) fn clients() -> Vec<Shape> {
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                                "metadata": {"name": "{name}", "namespace": "{ns}"}}),
         ),
-        Shape::new(
+        Shape::kubectl(
             "kc-secret-create-string-data",
-            "kubectl",
-            Admin,
             "POST",
             "/api/v1/namespaces/{ns}/secrets",
         )
@@ -329,31 +253,19 @@ pub(super) fn clients() -> Vec<Shape> {
             CONFIGMAPS,
         )
         .header("Impersonate-User", "admin"),
-        Shape::new(
-            "kc-configmap-strategic-patch",
-            "kubectl",
-            Admin,
-            "PATCH",
-            CONFIGMAP,
-        )
-        .query("fieldManager=kubectl-edit")
-        .body(STRATEGIC, json!({"data": {"b": "2", "a": null}}))
-        .given(configmap(json!({"a": "1"}))),
-        Shape::new("kc-configmap-apply", "kubectl", Admin, "PATCH", CONFIGMAP)
+        Shape::kubectl("kc-configmap-strategic-patch", "PATCH", CONFIGMAP)
+            .query("fieldManager=kubectl-edit")
+            .body(STRATEGIC, json!({"data": {"b": "2", "a": null}}))
+            .given(configmap(json!({"a": "1"}))),
+        Shape::kubectl("kc-configmap-apply", "PATCH", CONFIGMAP)
             .query("fieldManager=kubectl&force=true")
             .body(APPLY, configmap(json!({"applied": "yes"}))),
-        Shape::new(
-            "kc-configmap-create-unknown-warn",
-            "kubectl",
-            Admin,
-            "POST",
-            CONFIGMAPS,
-        )
-        .query("fieldValidation=Warn")
-        .body(JSON, {
-            let mut c = configmap(json!({}));
-            c["bogus"] = json!(1);
-            c
-        }),
+        Shape::kubectl("kc-configmap-create-unknown-warn", "POST", CONFIGMAPS)
+            .query("fieldValidation=Warn")
+            .body(JSON, {
+                let mut c = configmap(json!({}));
+                c["bogus"] = json!(1);
+                c
+            }),
     ]
 }

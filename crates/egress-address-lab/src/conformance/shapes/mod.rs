@@ -68,6 +68,16 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// A shape the controller sends as itself.
+    fn controller(id: &'static str, method: &'static str, path: &str) -> Shape {
+        Shape::new(id, "controller", Who::Controller, method, path)
+    }
+
+    /// A shape the kubectl tests send as the admin.
+    fn kubectl(id: &'static str, method: &'static str, path: &str) -> Shape {
+        Shape::new(id, "kubectl", Who::Admin, method, path)
+    }
+
     fn new(
         id: &'static str,
         from: &'static str,
@@ -213,6 +223,19 @@ fn configmap(data: Value) -> Value {
         "metadata": {"name": "{name}", "namespace": "{ns}", "labels": {"team": "a"}},
         "data": data,
     })
+}
+
+/// `kubectl auth can-i VERB RESOURCE` as `who`: a SelfSubjectAccessReview.
+fn can_i(
+    id: &'static str,
+    who: Who,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) -> Shape {
+    Shape::new(id, "kubectl", who, "POST", SSAR)
+        .body(JSON, access_review(verb, group, resource, namespace))
 }
 
 fn access_review(verb: &str, group: &str, resource: &str, namespace: &str) -> Value {
