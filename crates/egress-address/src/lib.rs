@@ -6,7 +6,9 @@
 //! other round a loop):
 //!
 //! ```text
-//! runtime   (watch, queue, workers, sweep, leader, events, readiness, admin)   tasks
+//! admin     (/live, /ready, /metrics; who may read it, over TLS)           servers
+//!    ↓
+//! runtime   (watch, queue, workers, sweep, leader, events, readiness)      tasks
 //!    ↓
 //! reconcile (one shard: release, claim and assign, drift)                decisions with I/O
 //!    ↓
@@ -19,11 +21,18 @@
 //! connect   (clients from kubeconfigs that follow their file)
 //!    ↓
 //! logs, metrics, kube_status                                             leaves
+//!    ↓
+//! sync, version (locks that outlive a panic; this build)
 //! ```
+//!
+//! Modules of one layer import nothing of each other. The root re-exports below (`Controller`,
+//! `Settings`, `Metrics`, ...) are for other crates: a module names the module that defines what
+//! it imports, so that an import up the layers cannot hide behind the crate root.
 //!
 //! What the controller does, its flags, metrics, events and logs are in docs/architecture.md and
 //! docs/operations.md; a new behaviour goes into the lowest folder that can hold it (a pure rule
-//! into `shard` or `ipam`, a step of a reconcile into `reconcile`, a task into `runtime`).
+//! into `shard` or `ipam`, a step of a reconcile into `reconcile`, a task into `runtime`, an
+//! admin route into `admin`).
 //!
 //! ```no_run
 //! # async fn demo(cell: kube::Client) -> Result<(), egress_address::Error> {
@@ -36,11 +45,12 @@
 //! let metrics = Metrics::register(&mut registry);
 //! let controller = Controller::new(settings, cell, ipam, metrics)?;
 //! let handle = controller.handle(); // is_ready(), is_leader(), wait_ready(), metrics()
-//! let router = egress_address::runtime::admin::router(handle.clone(), std::sync::Arc::new(registry));
+//! let router = egress_address::admin::router(handle.clone(), std::sync::Arc::new(registry));
 //! controller.run(async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
 //! ```
 
+pub mod admin;
 pub mod config;
 pub mod connect;
 mod error;
@@ -51,6 +61,8 @@ pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
 pub mod shard;
+mod sync;
+mod version;
 
 pub use config::{LeaderElection, Settings};
 pub use error::Error;
@@ -58,25 +70,4 @@ pub use ipam::ipam_client;
 pub use metrics::Metrics;
 pub use runtime::{Controller, Handle, run};
 pub use shard::ShardKey;
-
-/// This build's version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// The git commit this build was made from (`unknown` outside a checkout); see build.rs.
-pub const COMMIT: &str = env!("EGRESS_ADDRESS_COMMIT");
-
-/// Locks a mutex, and keeps serving after a panic elsewhere poisoned it: every structure behind
-/// these locks stays consistent between statements.
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// [`lock`] for reading a `RwLock`.
-pub(crate) fn read<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// [`lock`] for writing a `RwLock`.
-pub(crate) fn write<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
-}
+pub use version::{COMMIT, VERSION};

@@ -240,7 +240,8 @@ pub fn logger_for(target: &str) -> &str {
         ("egress_address_controller", "setup", true),
         ("egress_address::runtime", "setup", false),
         ("egress_address::runtime::leader", "leader-election", true),
-        ("egress_address::runtime::admin", "admin", true),
+        // The admin server's own lines; its TLS and its reviews of callers log as the controller.
+        ("egress_address::admin", "admin", false),
         ("egress_address::runtime::events", "events", true),
         ("egress_address::config", "config", true),
         ("egress_address", CONTROLLER_LOGGER, true),
@@ -722,5 +723,9 @@ mod tests {
             CONTROLLER_LOGGER
         );
         assert_eq!(logger_for("egress_addressx::y"), "egress_addressx");
+        assert_eq!(logger_for("egress_address::admin"), "admin");
+        for nested in ["egress_address::admin::auth", "egress_address::admin::tls"] {
+            assert_eq!(logger_for(nested), CONTROLLER_LOGGER, "{nested}");
+        }
     }
 }

@@ -5,11 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use egress_address::admin::{self, auth::MetricsAuth, tls::CertSource, tls::ServingCert};
 use egress_address::config::args::{Args, Tool};
 use egress_address::connect::kubeconfig;
-use egress_address::runtime::admin;
-use egress_address::runtime::metrics_auth::{self, MetricsAuth};
-use egress_address::runtime::metrics_tls::{self, CertSource, ServingCert};
 use egress_address::{Controller, Handle, Metrics, ipam, logs};
 
 use prometheus_client::registry::Registry;
@@ -201,8 +199,8 @@ async fn serve_admin(
             certificate_sha256 = %serving.fingerprint(),
             "serving /metrics over HTTPS, to callers the cell authenticates and allows to get /metrics"
         );
-        let router = metrics_auth::router(Arc::new(auth), registry);
-        servers.push(tokio::spawn(metrics_tls::serve(
+        let router = admin::auth::router(Arc::new(auth), registry);
+        servers.push(tokio::spawn(admin::tls::serve(
             listener,
             router,
             serving.server_config()?,

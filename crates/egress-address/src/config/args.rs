@@ -630,8 +630,8 @@ mod tests {
                 err.to_string().trim(),
                 format!(
                     "egress-address-controller {} (commit {})",
-                    crate::VERSION,
-                    crate::COMMIT
+                    crate::version::VERSION,
+                    crate::version::COMMIT
                 )
             );
         }

@@ -106,7 +106,7 @@ impl tower::Service<Request<Body>> for Swap {
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let Endpoint { client, host } = crate::read(&self.current).clone();
+        let Endpoint { client, host } = crate::sync::read(&self.current).clone();
         let refused = self.refused.clone();
         let limit = (!is_watch(&req)).then_some(self.limit);
         let observe = self.observe.clone();
@@ -230,7 +230,7 @@ impl Follower {
             }
             match (self.build)(self.path.clone()).await {
                 Ok(endpoint) => {
-                    *crate::write(&self.current) = endpoint;
+                    *crate::sync::write(&self.current) = endpoint;
                     self.loaded = now;
                     failed = None;
                     info!(path = %self.path.display(), "the kubeconfig changed; new requests use it");

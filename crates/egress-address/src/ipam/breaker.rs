@@ -58,7 +58,7 @@ impl Breaker {
 
     /// Whether a request may go now.
     pub fn admit(&self) -> Admit {
-        let mut st = crate::lock(&self.state);
+        let mut st = crate::sync::lock(&self.state);
         if !st.open {
             return Admit::Go;
         }
@@ -74,7 +74,7 @@ impl Breaker {
     /// Records how a request that went ended: `answered` is any HTTP answer other than a 5xx, a
     /// 429 or a refused credential.
     pub fn record(&self, answered: bool) {
-        let mut st = crate::lock(&self.state);
+        let mut st = crate::sync::lock(&self.state);
         st.probing = false;
         if answered {
             st.failures = 0;
@@ -95,7 +95,7 @@ impl Breaker {
     }
 
     pub fn is_open(&self) -> bool {
-        crate::lock(&self.state).open
+        crate::sync::lock(&self.state).open
     }
 
     /// Notified on every open and close.
@@ -110,7 +110,7 @@ impl Breaker {
 
     /// When the next probe may go, while open.
     pub fn next_probe(&self) -> Option<Instant> {
-        let st = crate::lock(&self.state);
+        let st = crate::sync::lock(&self.state);
         st.open.then_some(st.next_probe)
     }
 }

@@ -505,8 +505,8 @@ impl Metrics {
         };
         m.build_info
             .get_or_create(&BuildLabels {
-                version: crate::VERSION,
-                commit: crate::COMMIT,
+                version: crate::version::VERSION,
+                commit: crate::version::COMMIT,
             })
             .set(1);
         for state in ["addressed", "pending", "refused", "unattributable"] {
@@ -902,8 +902,8 @@ mod tests {
             "rest_client_requests_total{code=\"<error>\",method=\"POST\",host=\"milo.example\"} 1".into(),
             format!(
                 "egress_address_build_info{{version=\"{}\",commit=\"{}\"}} 1",
-                crate::VERSION,
-                crate::COMMIT
+                crate::version::VERSION,
+                crate::version::COMMIT
             ),
             "# TYPE process_cpu_seconds counter".into(),
             "\nprocess_resident_memory_bytes ".into(),

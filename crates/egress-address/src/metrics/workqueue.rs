@@ -48,12 +48,12 @@ impl QueueGauges {
     }
 
     pub fn watch(&self, probe: QueueProbe) {
-        *crate::write(&self.probe) = Some(probe);
+        *crate::sync::write(&self.probe) = Some(probe);
     }
 
     /// What the queue says now; all zero before a queue exists or after it is gone.
     pub fn load(&self) -> QueueLoad {
-        crate::read(&self.probe)
+        crate::sync::read(&self.probe)
             .as_ref()
             .map(|probe| probe())
             .unwrap_or_default()

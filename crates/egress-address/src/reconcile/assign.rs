@@ -5,7 +5,7 @@ use egress_api::shard::EgressShard;
 use tracing::{error, info, warn};
 
 use super::{Context, Next, Note, reason};
-use crate::Error;
+use crate::error::Error;
 use crate::ipam::claim::{ClaimError, ClaimFailure, claim};
 use crate::ipam::holding::{HolderKind, Holding};
 use crate::ipam::spec::ClaimRequest;

@@ -17,9 +17,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tracing::{debug, error, info};
 
-use crate::Error;
 use crate::config::Settings;
 use crate::config::settings::patch_params;
+use crate::error::Error;
 use crate::ipam::Ipam;
 use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
 use crate::metrics::Metrics;

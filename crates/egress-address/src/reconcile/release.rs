@@ -15,7 +15,7 @@ use egress_api::shard::EgressShard;
 use tracing::{debug, info};
 
 use super::Context;
-use crate::Error;
+use crate::error::Error;
 use crate::ipam::naming::{claim_name, claim_name_without_incarnation};
 use crate::ipam::release::{
     Freed, LiveShard, ReleaseError, Vouch, live_shard, recorded_claim, release as release_claim,

@@ -168,7 +168,7 @@ impl Notifier {
             note,
         };
         let dropped = {
-            let mut queue = crate::lock(&self.outbox.queue);
+            let mut queue = crate::sync::lock(&self.outbox.queue);
             let dropped = if queue.len() >= OUTBOX_CAPACITY {
                 queue.pop_front()
             } else {
@@ -228,13 +228,13 @@ impl Notifier {
 
     /// Events waiting, and how long the oldest has waited.
     fn backlog(&self, now: Instant) -> (usize, Option<Duration>) {
-        let queue = crate::lock(&self.outbox.queue);
+        let queue = crate::sync::lock(&self.outbox.queue);
         let oldest = queue.front().map(|p| now.duration_since(p.queued_at));
         (queue.len(), oldest)
     }
 
     fn pop(&self) -> Option<Pending> {
-        let mut queue = crate::lock(&self.outbox.queue);
+        let mut queue = crate::sync::lock(&self.outbox.queue);
         let pending = queue.pop_front();
         self.metrics.set_events_waiting(queue.len());
         pending
@@ -266,7 +266,7 @@ impl Notifier {
             },
         );
         let now = Instant::now();
-        let earlier = crate::lock(&self.series).get(&series_key, now);
+        let earlier = crate::sync::lock(&self.series).get(&series_key, now);
         // An event is a courtesy to whoever reads the shard; failing to publish one must not
         // fail anything else.
         let (name, count, published) = match earlier {
@@ -307,7 +307,7 @@ impl Notifier {
             // An assigned address is write-once: it is never repeated, so it needs no series.
             && note.reason != reason::ADDRESS_ASSIGNED
         {
-            crate::lock(&self.series).entries.insert(
+            crate::sync::lock(&self.series).entries.insert(
                 series_key,
                 Published {
                     name,

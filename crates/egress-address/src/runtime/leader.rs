@@ -31,9 +31,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::Error;
 use crate::config::LeaderElection;
 use crate::config::settings::write_params;
+use crate::error::Error;
 use crate::kube_status::{forbidden_message, is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::reconcile::WriteGate;
@@ -95,7 +95,7 @@ impl LeaderToken {
     /// lost, though its renewal may be overdue (then [`is_leader`](Self::is_leader) is false
     /// until the renewal lands or fails). Work that arrives meanwhile is this instance's to do.
     pub fn holds(&self) -> bool {
-        self.inner.always || crate::lock(&self.inner.until).is_some()
+        self.inner.always || crate::sync::lock(&self.inner.until).is_some()
     }
 
     /// Whether the lease is held but its renewal is past its deadline.
@@ -108,12 +108,12 @@ impl LeaderToken {
         if self.inner.always {
             return None;
         }
-        *crate::lock(&self.inner.until)
+        *crate::sync::lock(&self.inner.until)
     }
 
     /// Grants writes until `until`.
     pub fn grant(&self, until: Instant) {
-        *crate::lock(&self.inner.until) = Some(until);
+        *crate::sync::lock(&self.inner.until) = Some(until);
         self.inner.changed.send_replace(true);
     }
 
@@ -122,7 +122,7 @@ impl LeaderToken {
         if self.inner.always {
             return;
         }
-        *crate::lock(&self.inner.until) = None;
+        *crate::sync::lock(&self.inner.until) = None;
         self.inner.changed.send_replace(false);
     }
 

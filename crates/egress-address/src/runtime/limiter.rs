@@ -35,7 +35,7 @@ impl RetryBucket {
     /// Takes a token, and returns how long from now the retry may go: zero while the burst
     /// lasts, then one `1/qps` step after the previous reservation.
     pub fn reserve(&self) -> Duration {
-        let mut b = crate::lock(&self.bucket);
+        let mut b = crate::sync::lock(&self.bucket);
         let now = Instant::now();
         let refill = now.duration_since(b.last).as_secs_f64() * self.qps;
         b.tokens = (b.tokens + refill).min(self.burst);

@@ -1,8 +1,9 @@
 //! The running controller: the shard watch feeding a work queue ([`watch`], [`queue`]), workers
 //! that reconcile while this instance leads and the drift pacer ([`worker`]), the sweep that
-//! catches a dropped trigger ([`sweep`]), leader election ([`leader`]), events ([`events`]),
-//! readiness ([`readiness`]) and the admin server ([`admin`]). Every task shares one set of
-//! handles ([`shared`]); [`tasks`] starts them and stops them in order.
+//! catches a dropped trigger ([`sweep`]), leader election ([`leader`]), events ([`events`]) and
+//! readiness ([`readiness`]). Every task shares one set of handles ([`shared`]); [`tasks`] starts
+//! them and stops them in order. The admin servers (the `admin` folder) see the running controller
+//! through its [`Handle`]; nothing here knows them.
 //!
 //! ```text
 //! Controller::new(settings, cell, ipam, metrics)   validates; nothing is contacted
@@ -11,12 +12,9 @@
 //! ```
 
 pub mod activity;
-pub mod admin;
 pub mod events;
 pub mod leader;
 pub mod limiter;
-pub mod metrics_auth;
-pub mod metrics_tls;
 pub mod orphans;
 pub mod queue;
 pub mod readiness;
@@ -36,8 +34,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::Error;
 use crate::config::Settings;
+use crate::error::Error;
 use crate::ipam::Ipam;
 use crate::ipam::breaker::Breaker;
 use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
@@ -222,7 +220,7 @@ impl Controller {
             memory,
             activity,
         } = self;
-        info!(location = %settings.location, cell = %identified, version = crate::VERSION, commit = crate::COMMIT, "starting egress address controller");
+        info!(location = %settings.location, cell = %identified, version = crate::version::VERSION, commit = crate::version::COMMIT, "starting egress address controller");
         metrics.set_leader(leader.is_leader());
         metrics.set_max_concurrent_reconciles(settings.concurrency);
 

@@ -120,7 +120,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     fn lock(&self) -> Guard<'_, K> {
         Guard {
-            state: crate::lock(&self.state),
+            state: crate::sync::lock(&self.state),
             activity: &self.activity,
         }
     }

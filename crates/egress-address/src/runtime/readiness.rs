@@ -53,17 +53,17 @@ impl Readiness {
     }
 
     pub fn set_synced(&self) {
-        crate::lock(&self.state).synced = true;
+        crate::sync::lock(&self.state).synced = true;
         self.refresh();
     }
 
     pub fn is_synced(&self) -> bool {
-        crate::lock(&self.state).synced
+        crate::sync::lock(&self.state).synced
     }
 
     pub fn set_cell(&self, health: CellHealth) {
         let changed = {
-            let mut st = crate::lock(&self.state);
+            let mut st = crate::sync::lock(&self.state);
             std::mem::replace(&mut st.cell, health) != health
         };
         self.metrics.set_cell_up(health == CellHealth::Up);
@@ -77,7 +77,7 @@ impl Readiness {
     /// whose RBAC lacks a verb cannot do its work, and says which.
     pub fn set_forbidden(&self, doing: &'static str, message: Option<String>) {
         let changed = {
-            let mut st = crate::lock(&self.state);
+            let mut st = crate::sync::lock(&self.state);
             match message {
                 Some(m) => st.forbidden.insert(doing, m.clone()).as_ref() != Some(&m),
                 None => st.forbidden.remove(doing).is_some(),
@@ -91,7 +91,7 @@ impl Readiness {
     /// Whether the leader's lease renewal is past its deadline (it neither landed nor failed).
     /// Not a reason to be unready: a standby is ready too, and the lease decides who writes.
     pub fn set_lease_overdue(&self, overdue: bool) {
-        let mut st = crate::lock(&self.state);
+        let mut st = crate::sync::lock(&self.state);
         st.lease_overdue_since = match (overdue, st.lease_overdue_since) {
             (false, _) => None,
             (true, since) => since.or_else(|| Some(tokio::time::Instant::now())),
@@ -100,7 +100,7 @@ impl Readiness {
 
     /// What a reader of `/ready` should know although the controller is ready.
     pub fn notes(&self) -> Vec<String> {
-        let st = crate::lock(&self.state);
+        let st = crate::sync::lock(&self.state);
         st.lease_overdue_since
             .map(|since| {
                 format!(
@@ -121,7 +121,7 @@ impl Readiness {
 
     /// Why the controller is not ready; empty when it is.
     pub fn reasons(&self) -> Vec<String> {
-        let st = crate::lock(&self.state);
+        let st = crate::sync::lock(&self.state);
         let mut reasons = Vec::new();
         if !st.synced {
             reasons.push("the shards are not listed yet".to_string());

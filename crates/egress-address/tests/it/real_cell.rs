@@ -609,8 +609,8 @@ fn token_of(kubeconfig: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn who_may_read_the_secure_metrics_is_what_the_real_apiserver_says() {
-    use egress_address::runtime::metrics_auth::{self, MetricsAuth};
-    use egress_address::runtime::metrics_tls::{self, CertSource, ServingCert};
+    use egress_address::admin::auth::{self, MetricsAuth};
+    use egress_address::admin::tls::{self, CertSource, ServingCert};
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 
     let real = installed().await;
@@ -620,7 +620,7 @@ async fn who_may_read_the_secure_metrics_is_what_the_real_apiserver_says() {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = egress_address::Metrics::register(&mut registry);
     let reviewer = real.client(Identity::Controller).await.unwrap();
-    let auth = std::sync::Arc::new(MetricsAuth::new(reviewer, metrics));
+    let metrics_auth = std::sync::Arc::new(MetricsAuth::new(reviewer, metrics));
     let (serving, _) = ServingCert::load(&CertSource::SelfSigned {
         names: vec!["localhost".into()],
     })
@@ -628,9 +628,9 @@ async fn who_may_read_the_secure_metrics_is_what_the_real_apiserver_says() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(metrics_tls::serve(
+    tokio::spawn(tls::serve(
         listener,
-        metrics_auth::router(auth, std::sync::Arc::new(registry)),
+        auth::router(metrics_auth, std::sync::Arc::new(registry)),
         serving.server_config().unwrap(),
         stop.clone().cancelled_owned(),
     ));

@@ -157,7 +157,7 @@ impl ShardMemory {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        crate::lock(&self.inner)
+        crate::sync::lock(&self.inner)
     }
 
     /// Forgets everything about a shard: the one way out of this memory.

@@ -31,7 +31,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::admin::metrics_response;
+use super::metrics_response;
 use crate::metrics::Metrics;
 
 /// The one path the secure listener serves.
@@ -331,7 +331,7 @@ impl<R: Reviews> MetricsAuth<R> {
         }
         match self.review(token).await {
             Ok(verdict) => {
-                crate::lock(&self.cache).put(key, verdict.clone(), Instant::now());
+                crate::sync::lock(&self.cache).put(key, verdict.clone(), Instant::now());
                 self.metrics.metrics_auth(verdict.label(), "review");
                 Ok(verdict)
             }
@@ -343,7 +343,7 @@ impl<R: Reviews> MetricsAuth<R> {
     }
 
     fn cached(&self, key: &TokenKey) -> Option<Verdict> {
-        crate::lock(&self.cache).get(key, Instant::now())
+        crate::sync::lock(&self.cache).get(key, Instant::now())
     }
 
     async fn review(&self, token: &str) -> Result<Verdict, ReviewError> {
@@ -365,7 +365,7 @@ impl<R: Reviews> MetricsAuth<R> {
 
     /// Answers kept now (for tests and the bound's check).
     pub fn cached_answers(&self) -> usize {
-        crate::lock(&self.cache).len()
+        crate::sync::lock(&self.cache).len()
     }
 }
 
@@ -555,7 +555,7 @@ mod tests {
 
         async fn may(&self, user: &User, verb: &str, path: &str) -> Result<bool, ReviewError> {
             self.access_reviews.fetch_add(1, Ordering::SeqCst);
-            crate::lock(&self.asked).push((user.clone(), verb.into(), path.into()));
+            crate::sync::lock(&self.asked).push((user.clone(), verb.into(), path.into()));
             Ok(self.readers.contains(&user.name))
         }
     }
@@ -617,7 +617,7 @@ mod tests {
         assert_eq!(scraper.status(), StatusCode::OK);
         assert_eq!(reviews(), (3, 2));
         // The access review asked about the user exactly as the token review named them.
-        let asked = crate::lock(&cell.asked).last().cloned().unwrap();
+        let asked = crate::sync::lock(&cell.asked).last().cloned().unwrap();
         assert_eq!(
             asked,
             (

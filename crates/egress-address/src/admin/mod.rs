@@ -1,11 +1,17 @@
 //! The admin HTTP servers: `/live`, `/ready` and `/metrics` (plus the reference's `/healthz` and
 //! `/readyz`, which its Deployment probes), served on both the probe and the metrics address.
 //! With `--metrics-secure` the probe address serves only the health routes, and `/metrics` is
-//! served over HTTPS to callers the cell vouches for (the `metrics_auth` module beside this one).
+//! served over HTTPS ([`tls`]) to callers the cell vouches for ([`auth`]).
+//!
+//! The admin servers look at a running controller only through its [`Handle`]: the control loop
+//! (`runtime`) knows nothing of them, and `main` wires the two together.
 //!
 //! `/metrics` speaks OpenMetrics to a scraper that asks for it (Prometheus does), and the
 //! Prometheus text format to everyone else, as client_golang's handler does: `curl` and
 //! `promtool check metrics` read the latter.
+
+pub mod auth;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,10 +24,10 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use super::Handle;
-use crate::Error;
+use crate::error::Error;
 pub use crate::metrics::{OPENMETRICS, PROMETHEUS_TEXT};
 use crate::metrics::{encode, encode_prometheus_text};
+use crate::runtime::Handle;
 
 #[derive(Clone)]
 struct AdminState {

@@ -32,7 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::Error;
+use crate::error::Error;
 
 /// How often certificate files are looked at.
 pub const CERT_POLL: Duration = Duration::from_secs(5);
@@ -130,7 +130,7 @@ impl std::fmt::Debug for ServingCert {
 
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(crate::read(&self.current).clone())
+        Some(crate::sync::read(&self.current).clone())
     }
 }
 
@@ -158,7 +158,7 @@ impl ServingCert {
 
     /// The DER of the certificate served now (the first of its chain).
     pub fn end_entity(&self) -> Vec<u8> {
-        crate::read(&self.current)
+        crate::sync::read(&self.current)
             .cert
             .first()
             .map(|c| c.to_vec())
@@ -171,7 +171,7 @@ impl ServingCert {
     }
 
     fn replace(&self, key: CertifiedKey) {
-        *crate::write(&self.current) = Arc::new(key);
+        *crate::sync::write(&self.current) = Arc::new(key);
     }
 
     /// The TLS settings of the secure listener: TLS 1.2 and 1.3, HTTP/1.1, this certificate.
