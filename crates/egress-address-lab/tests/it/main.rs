@@ -16,6 +16,7 @@ mod common;
 mod completions;
 mod conformance;
 mod demo;
+mod doc_commands;
 mod fleet_audit;
 mod grants;
 mod hints;
