@@ -10,7 +10,24 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::QueueLabels;
+use prometheus_client::encoding::EncodeLabelSet;
+
+/// A work queue's labels: controller-runtime names each controller's queue after it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    controller: &'static str,
+    name: &'static str,
+}
+
+impl QueueLabels {
+    /// The queue of `controller`.
+    pub const fn of(controller: &'static str) -> Self {
+        Self {
+            controller,
+            name: controller,
+        }
+    }
+}
 
 /// The queue as one scrape sees it.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -27,7 +44,7 @@ pub struct QueueLoad {
 pub type QueueProbe = Box<dyn Fn() -> QueueLoad + Send + Sync>;
 
 /// The probe of the running controller's queue, once there is one.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct QueueGauges {
     probe: Arc<RwLock<Option<QueueProbe>>>,
     labels: QueueLabels,
