@@ -32,6 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::connect::follow::{Seen, fingerprint};
 use crate::error::Error;
 
 /// How often certificate files are looked at.
@@ -139,9 +140,7 @@ impl ServingCert {
     pub fn load(source: &CertSource) -> Result<(Arc<ServingCert>, CertFollower), TlsError> {
         let (first, loaded) = match source {
             CertSource::SelfSigned { names } => (self_signed(names)?, None),
-            CertSource::Files { cert, key } => {
-                (from_files(cert, key)?, fingerprint_files(cert, key))
-            }
+            CertSource::Files { cert, key } => (from_files(cert, key)?, fingerprint(&[cert, key])),
         };
         let serving = Arc::new(ServingCert {
             current: RwLock::new(Arc::new(first)),
@@ -149,7 +148,7 @@ impl ServingCert {
         let follower = CertFollower {
             source: source.clone(),
             serving: serving.clone(),
-            loaded,
+            seen: Seen::serving(loaded),
             made: Instant::now(),
             poll: CERT_POLL,
         };
@@ -250,22 +249,11 @@ fn from_files(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     })
 }
 
-/// What the pair of files holds now, to tell a change; `None` while either cannot be read.
-fn fingerprint_files(cert: &Path, key: &Path) -> Option<[u8; 32]> {
-    let mut hash = Sha256::new();
-    for path in [cert, key] {
-        let bytes = std::fs::read(path).ok()?;
-        hash.update((bytes.len() as u64).to_be_bytes());
-        hash.update(&bytes);
-    }
-    Some(hash.finalize().into())
-}
-
 /// Keeps the served certificate current: re-reads changed files, renews a self-signed one.
 pub struct CertFollower {
     source: CertSource,
     serving: Arc<ServingCert>,
-    loaded: Option<[u8; 32]>,
+    seen: Seen,
     made: Instant,
     poll: Duration,
 }
@@ -278,13 +266,12 @@ impl CertFollower {
     }
 
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut failed: Option<[u8; 32]> = None;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(self.poll) => {}
             }
-            match self.look(&mut failed) {
+            match self.look() {
                 Ok(true) => info!(
                     sha256 = %self.serving.fingerprint(),
                     "the metrics certificate changed; new connections get the new one"
@@ -301,36 +288,25 @@ impl CertFollower {
 
     /// One look: whether the served certificate was replaced. A pair that failed to load is
     /// not tried again until the files change once more.
-    fn look(&mut self, failed: &mut Option<[u8; 32]>) -> Result<bool, TlsError> {
-        match &self.source {
+    fn look(&mut self) -> Result<bool, TlsError> {
+        let fresh = match &self.source {
             CertSource::SelfSigned { names } => {
                 if self.made.elapsed() < SELF_SIGNED_RENEWAL {
                     return Ok(false);
                 }
                 let fresh = self_signed(names)?;
-                self.serving.replace(fresh);
                 self.made = Instant::now();
-                Ok(true)
+                fresh
             }
             CertSource::Files { cert, key } => {
-                let now = fingerprint_files(cert, key);
-                if now.is_none() || now == self.loaded || now == *failed {
+                let Some(now) = self.seen.fresh(fingerprint(&[cert, key])) else {
                     return Ok(false);
-                }
-                match from_files(cert, key) {
-                    Ok(fresh) => {
-                        self.serving.replace(fresh);
-                        self.loaded = now;
-                        *failed = None;
-                        Ok(true)
-                    }
-                    Err(err) => {
-                        *failed = now;
-                        Err(err)
-                    }
-                }
+                };
+                self.seen.load(now, from_files(cert, key))?
             }
-        }
+        };
+        self.serving.replace(fresh);
+        Ok(true)
     }
 }
 
@@ -490,24 +466,20 @@ mod tests {
         };
         let (serving, mut follower) = ServingCert::load(&source).unwrap();
         let first = serving.fingerprint();
-        let mut failed = None;
-        assert!(!follower.look(&mut failed).unwrap(), "unchanged");
+        assert!(!follower.look().unwrap(), "unchanged");
 
         // A rotation that wrote the certificate but not yet its key: refused, kept.
         let second = pair(&["second.test"]);
         std::fs::write(&cert, &second.0).unwrap();
-        assert_eq!(
-            follower.look(&mut failed).unwrap_err().metric_label(),
-            "mismatch"
-        );
+        assert_eq!(follower.look().unwrap_err().metric_label(), "mismatch");
         assert_eq!(serving.fingerprint(), first);
-        assert!(!follower.look(&mut failed).unwrap(), "not tried twice");
+        assert!(!follower.look().unwrap(), "not tried twice");
         // The key arrives: taken.
         std::fs::write(&key, &second.1).unwrap();
-        assert!(follower.look(&mut failed).unwrap());
+        assert!(follower.look().unwrap());
         assert_ne!(serving.fingerprint(), first);
         assert!(String::from_utf8_lossy(&serving.end_entity()).contains("second.test"));
-        assert!(!follower.look(&mut failed).unwrap());
+        assert!(!follower.look().unwrap());
     }
 
     #[tokio::test(start_paused = true)]
@@ -517,11 +489,10 @@ mod tests {
         };
         let (serving, mut follower) = ServingCert::load(&source).unwrap();
         let first = serving.fingerprint();
-        let mut failed = None;
         tokio::time::advance(SELF_SIGNED_RENEWAL - Duration::from_secs(1)).await;
-        assert!(!follower.look(&mut failed).unwrap());
+        assert!(!follower.look().unwrap());
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(follower.look(&mut failed).unwrap());
+        assert!(follower.look().unwrap());
         assert_ne!(serving.fingerprint(), first);
     }
 }

@@ -24,12 +24,12 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use kube::Client;
 use kube::client::Body;
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Error;
+use super::follow::{Seen, fingerprint};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -171,7 +171,7 @@ pub async fn following(
         current,
         refused,
         build,
-        loaded: fingerprint(path),
+        seen: Seen::serving(fingerprint(&[path])),
         poll: KUBECONFIG_POLL,
     };
     Ok((client, follower))
@@ -195,17 +195,13 @@ pub fn bounded_client(
     )
 }
 
-fn fingerprint(path: &Path) -> Option<[u8; 32]> {
-    std::fs::read(path).ok().map(|b| Sha256::digest(&b).into())
-}
-
 /// Re-reads a kubeconfig file when it changes, or when the server refused the credential.
 pub struct Follower {
     path: PathBuf,
     current: Arc<RwLock<Endpoint>>,
     refused: Arc<Notify>,
     build: Build,
-    loaded: Option<[u8; 32]>,
+    seen: Seen,
     poll: Duration,
 }
 
@@ -217,26 +213,21 @@ impl Follower {
     }
 
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut failed: Option<[u8; 32]> = None;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = self.refused.notified() => {}
                 _ = tokio::time::sleep(self.poll) => {}
             }
-            let now = fingerprint(&self.path);
-            if now.is_none() || now == self.loaded || now == failed {
+            let Some(now) = self.seen.fresh(fingerprint(&[&self.path])) else {
                 continue;
-            }
-            match (self.build)(self.path.clone()).await {
+            };
+            match self.seen.load(now, (self.build)(self.path.clone()).await) {
                 Ok(endpoint) => {
                     *crate::sync::write(&self.current) = endpoint;
-                    self.loaded = now;
-                    failed = None;
                     info!(path = %self.path.display(), "the kubeconfig changed; new requests use it");
                 }
                 Err(err) => {
-                    failed = now;
                     warn!(%err, "the kubeconfig changed but cannot be used; the previous one stays in use");
                 }
             }

@@ -1,8 +1,11 @@
 //! Clients from kubeconfig files ([`kubeconfig`]) that follow their file, bound their answers and
 //! report every request ([`connection`]): the controller's I/O to reach the cell and IPAM, kept
-//! out of `config`, which stays the pure flags and settings.
+//! out of `config`, which stays the pure flags and settings. [`cell`] bounds a request to the cell
+//! in time and reads a shard by name; [`follow`] tells when a followed file changed.
 
+pub mod cell;
 pub mod connection;
+pub mod follow;
 pub mod kubeconfig;
 
 /// Why a client could not be built. Nothing was contacted.

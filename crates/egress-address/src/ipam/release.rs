@@ -20,7 +20,9 @@
 
 use egress_api::ipam::IPClaim;
 use egress_api::shard::{AddressClaimRef, EgressShard};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
+
+use crate::connect::cell::get_shard;
 
 use super::client::{Deleted, Ipam};
 use super::holding::HolderKind;
@@ -258,13 +260,8 @@ pub async fn live_shard(
     name: &str,
     timeout: std::time::Duration,
 ) -> Result<Option<LiveShard>, kube::Error> {
-    let api: Api<EgressShard> = Api::namespaced(cell.clone(), namespace);
-    match tokio::time::timeout(timeout, api.get_opt(name)).await {
-        Ok(read) => Ok(read?.as_ref().map(LiveShard::of)),
-        Err(_) => Err(kube::Error::Service(
-            format!("no answer from the cell within {timeout:?}").into(),
-        )),
-    }
+    let shard = get_shard(cell, namespace, name, timeout).await?;
+    Ok(shard.as_ref().map(LiveShard::of))
 }
 
 /// Reads the shard of `whose` once (`read_live` answers for a namespace/name) and decides; no

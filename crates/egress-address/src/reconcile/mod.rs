@@ -13,15 +13,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use egress_api::shard::EgressShard;
+use kube::Client;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client};
 use tracing::{debug, error, info};
 
 use crate::config::Settings;
 use crate::config::settings::patch_params;
+use crate::connect::cell::{get_shard, within};
 use crate::error::Error;
 use crate::ipam::Ipam;
-use crate::kube_status::{is_conflict, is_not_found, is_unauthorized};
+use crate::kube_status::{is_conflict, is_unauthorized};
 use crate::metrics::Metrics;
 use crate::shard::decide::{Decision, ShardPatch, decide};
 use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
@@ -72,33 +73,12 @@ pub struct Context {
 }
 
 impl Context {
-    fn shards(&self, namespace: &str) -> Api<EgressShard> {
-        Api::namespaced(self.cell.clone(), namespace)
-    }
-
     /// `Err(NotLeader)` unless a write may be made now.
     fn may_write(&self) -> Result<(), Error> {
         if self.gate.may_write() {
             Ok(())
         } else {
             Err(Error::NotLeader)
-        }
-    }
-
-    /// Bounds a cell request, so a hung API server cannot hold a shard (or shutdown) forever.
-    async fn timed<T>(
-        &self,
-        fut: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, kube::Error> {
-        match tokio::time::timeout(self.settings.request_timeout, fut).await {
-            Ok(res) => res,
-            Err(_) => Err(kube::Error::Service(
-                format!(
-                    "no answer from the cell within {:?}",
-                    self.settings.request_timeout
-                )
-                .into(),
-            )),
         }
     }
 
@@ -116,19 +96,20 @@ impl Context {
             )
             .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("patch");
-        self.timed(self.cell.request_text(req)).await.map(drop)
+        within(self.settings.request_timeout, self.cell.request_text(req))
+            .await
+            .map(drop)
     }
 
     /// The shard as the API server has it now, or `None` when it does not exist.
     async fn read_live(&self, key: &ShardKey) -> Result<Option<EgressShard>, Error> {
-        match self.timed(self.shards(&key.namespace).get(&key.name)).await {
-            Ok(live) => Ok(Some(live)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(source) => Err(Error::ReadShard {
+        let timeout = self.settings.request_timeout;
+        get_shard(&self.cell, &key.namespace, &key.name, timeout)
+            .await
+            .map_err(|source| Error::ReadShard {
                 shard: key.to_string(),
                 source,
-            }),
-        }
+            })
     }
 }
 
