@@ -6,10 +6,10 @@
 //! Nothing here knows the queue, the workers or the clients: they report through the methods of
 //! [`Metrics`], and the queue's gauges are asked of a [`QueueProbe`] at scrape time. Each file
 //! holds the series of one part of the controller and the methods that report to them: the
-//! shards and their reconciles ([`shards`]), IPAM ([`ipam`]), whether the planes answer
-//! ([`planes`]), the lease ([`lease`]), events ([`events`]), the secure `/metrics`
-//! ([`metrics_auth`]), controller-runtime's and client-go's series ([`controller_runtime`],
-//! [`workqueue`]) and the process's ([`process`]).
+//! shards and their reconciles (`shards.rs`), IPAM (`ipam.rs`), whether the planes answer
+//! (`planes.rs`), the lease (`lease.rs`), events (`events.rs`), the secure `/metrics`
+//! (`metrics_auth.rs`), controller-runtime's and client-go's series (`controller_runtime.rs`,
+//! `workqueue.rs`) and the process's (`process.rs`).
 
 mod controller_runtime;
 mod events;

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::activity::Activity;
-use super::leader::LeaderToken;
+use super::token::LeaderToken;
 use crate::config::settings::CONTROLLER_NAME;
 use crate::config::settings::{patch_params, write_params};
 use crate::metrics::Metrics;

@@ -1,5 +1,5 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease. Only the leader writes: every write
-//! checks the [`LeaderToken`] right before it is made, and the token stops granting the moment a
+//! checks the [`LeaderToken`](super::token::LeaderToken) right before it is made, and the token stops granting the moment a
 //! renewal fails or its deadline passes, whichever comes first.
 //!
 //! The lease is acquired and renewed with `replace` (a PUT carrying the resourceVersion just
@@ -19,25 +19,24 @@
 //! after a delete would otherwise never release the claim its dead predecessor owed.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::ObjectMeta;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::shared::Shared;
 use crate::config::LeaderElection;
 use crate::config::settings::write_params;
 use crate::error::Error;
 use crate::kube_status::{forbidden_message, is_already_exists, is_conflict, is_not_found};
 use crate::metrics::Metrics;
-use crate::reconcile::WriteGate;
-use crate::shard::{Gone, HandedOver, ShardKey, ShardMemory, Watermark};
+use crate::shard::{Gone, HandedOver, ShardKey, Watermark};
 
 /// What the elector was doing when the cell forbade it (a `/ready` reason names it).
 const LEASING: &str = "reading and renewing the leader Lease";
@@ -53,115 +52,14 @@ pub const ANNOTATION_RELEASES_PENDING: &str = "cloud.datumapis.com/egress-addres
 /// first; the rest follow as those are released.
 pub const HANDOVER_LIMIT: usize = 256;
 
-struct TokenState {
-    always: bool,
-    until: Mutex<Option<Instant>>,
-    changed: watch::Sender<bool>,
-}
-
-/// Whether this instance may write right now. Cheap to clone and to check.
-#[derive(Clone)]
-pub struct LeaderToken {
-    inner: Arc<TokenState>,
-}
-
-impl LeaderToken {
-    /// A token that always grants: leader election is off.
-    pub fn always() -> Self {
-        Self::build(true)
-    }
-
-    /// A token that grants only while an elector keeps it renewed.
-    pub fn elected() -> Self {
-        Self::build(false)
-    }
-
-    fn build(always: bool) -> Self {
-        let (changed, _) = watch::channel(always);
-        Self {
-            inner: Arc::new(TokenState {
-                always,
-                until: Mutex::new(None),
-                changed,
-            }),
-        }
-    }
-
-    pub fn is_leader(&self) -> bool {
-        self.inner.always || self.deadline().is_some_and(|t| Instant::now() < t)
-    }
-
-    /// Whether this instance holds the lease as far as it knows: granted and neither revoked nor
-    /// lost, though its renewal may be overdue (then [`is_leader`](Self::is_leader) is false
-    /// until the renewal lands or fails). Work that arrives meanwhile is this instance's to do.
-    pub fn holds(&self) -> bool {
-        self.inner.always || crate::sync::lock(&self.inner.until).is_some()
-    }
-
-    /// Whether the lease is held but its renewal is past its deadline.
-    pub fn is_overdue(&self) -> bool {
-        self.holds() && !self.is_leader()
-    }
-
-    /// Until when writes are granted; `None` without election or while not holding.
-    pub fn deadline(&self) -> Option<Instant> {
-        if self.inner.always {
-            return None;
-        }
-        *crate::sync::lock(&self.inner.until)
-    }
-
-    /// Grants writes until `until`.
-    pub fn grant(&self, until: Instant) {
-        *crate::sync::lock(&self.inner.until) = Some(until);
-        self.inner.changed.send_replace(true);
-    }
-
-    /// Stops writes at once.
-    pub fn revoke(&self) {
-        if self.inner.always {
-            return;
-        }
-        *crate::sync::lock(&self.inner.until) = None;
-        self.inner.changed.send_replace(false);
-    }
-
-    /// Resolves once this instance may write.
-    pub async fn wait_leader(&self) {
-        let mut rx = self.inner.changed.subscribe();
-        loop {
-            if self.is_leader() {
-                return;
-            }
-            // A deadline can pass without a change being sent, so poll as well.
-            tokio::select! {
-                _ = rx.changed() => {}
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-        }
-    }
-
-    /// Notified on every grant and revoke.
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.inner.changed.subscribe()
-    }
-}
-
-impl WriteGate for LeaderToken {
-    fn may_write(&self) -> bool {
-        self.is_leader()
-    }
-}
-
-/// Acquires and renews the lease, and releases it on stop.
+/// Acquires and renews the lease, and releases it on stop: grants and revokes the shared
+/// [`LeaderToken`](super::token::LeaderToken), reports to the shared metrics and readiness, and hands the shared memory's
+/// pending releases over.
 pub struct Elector {
     api: Api<Lease>,
     config: LeaderElection,
     identity: String,
-    token: LeaderToken,
-    metrics: Metrics,
-    memory: Arc<ShardMemory>,
-    readiness: Arc<super::readiness::Readiness>,
+    shared: Shared,
     /// The lease's resourceVersion and when we first saw it.
     observed: Option<(String, Instant)>,
     /// The lease as our last write left it: a renewal PUTs on top of it without reading first,
@@ -170,23 +68,12 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(
-        api: Api<Lease>,
-        config: LeaderElection,
-        identity: String,
-        token: LeaderToken,
-        metrics: Metrics,
-        memory: Arc<ShardMemory>,
-        readiness: Arc<super::readiness::Readiness>,
-    ) -> Self {
+    pub fn new(api: Api<Lease>, config: LeaderElection, identity: String, shared: Shared) -> Self {
         Self {
             api,
             config,
             identity,
-            token,
-            metrics,
-            memory,
-            readiness,
+            shared,
             observed: None,
             held: None,
         }
@@ -196,7 +83,9 @@ impl Elector {
     pub async fn run(mut self, stop: CancellationToken) {
         let mut leading = false;
         // A standby reports 0 from the start: `sum(...) != 1` across replicas stays meaningful.
-        self.metrics.set_lease_held(&self.config.lease_name, false);
+        self.shared
+            .metrics
+            .set_lease_held(&self.config.lease_name, false);
         loop {
             let started = Instant::now();
             let attempt =
@@ -206,18 +95,20 @@ impl Elector {
                 _ => None,
             };
             if forbidden.is_some() || matches!(attempt, Ok(Ok(_))) {
-                self.readiness.set_forbidden(LEASING, forbidden);
+                self.shared.readiness.set_forbidden(LEASING, forbidden);
             }
             match attempt {
                 Ok(Ok(true)) => {
-                    self.token.grant(started + self.config.renew_deadline);
+                    self.shared
+                        .leader
+                        .grant(started + self.config.renew_deadline);
                     if !leading {
                         info!(lease = %self.config.lease_name, identity = %self.identity, "became the leader");
                     }
                     leading = true;
                 }
                 outcome => {
-                    self.token.revoke();
+                    self.shared.leader.revoke();
                     if leading {
                         match &outcome {
                             Ok(Ok(_)) => {
@@ -236,13 +127,13 @@ impl Elector {
                     leading = false;
                 }
             }
-            self.report(leading && self.token.is_leader());
+            self.report(leading && self.shared.leader.is_leader());
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(self.config.retry_period) => {}
             }
         }
-        self.token.revoke();
+        self.shared.leader.revoke();
         self.report(false);
         if leading {
             match tokio::time::timeout(self.config.retry_period, self.release()).await {
@@ -258,8 +149,9 @@ impl Elector {
     }
 
     fn report(&self, leading: bool) {
-        self.metrics.set_leader(leading);
-        self.metrics
+        self.shared.metrics.set_leader(leading);
+        self.shared
+            .metrics
             .set_lease_held(&self.config.lease_name, leading);
     }
 
@@ -327,7 +219,7 @@ impl Elector {
         if holder != self.identity
             && let Some(released) = watermark_of(&current)
         {
-            self.memory.releases().drop_released(&released);
+            self.shared.memory.releases().drop_released(&released);
         }
         let rv = current
             .metadata
@@ -372,7 +264,7 @@ impl Elector {
             }
             Err(e) if is_conflict(&e) => {
                 // The winner took the same on.
-                self.memory.releases().give_back(taken);
+                self.shared.memory.releases().give_back(taken);
                 Ok(false)
             }
             Err(e) => Err(self.lease_error(e)),
@@ -383,7 +275,7 @@ impl Elector {
     /// release, for its successor. What it has nothing to say about is removed, so a former
     /// leader's word is not passed on as this one's.
     fn stamp_releases(&self, lease: &mut Lease) {
-        let (watermark, handed) = self.memory.releases().for_lease(HANDOVER_LIMIT);
+        let (watermark, handed) = self.shared.memory.releases().for_lease(HANDOVER_LIMIT);
         let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
         match watermark {
             Some(w) => {
@@ -416,7 +308,7 @@ impl Elector {
         match serde_json::from_str::<Vec<HandedOver>>(json) {
             Ok(handed) => {
                 let offered = handed.len();
-                let taken = self.memory.releases().take_over(handed);
+                let taken = self.shared.memory.releases().take_over(handed);
                 if !taken.is_empty() {
                     info!(lease = %self.config.lease_name, offered, taken = taken.len(), "took on the releases the former leader had still to make");
                 }
@@ -476,56 +368,5 @@ impl LapseReport {
         } else if holds {
             info!("the late leader lease renewal landed; writes resume");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_token_grants_until_its_deadline() {
-        let token = LeaderToken::elected();
-        assert!(!token.is_leader());
-        assert!(!token.may_write());
-        token.grant(Instant::now() + Duration::from_secs(10));
-        assert!(token.is_leader());
-        assert!(!token.is_overdue());
-        tokio::time::sleep(Duration::from_secs(11)).await;
-        assert!(
-            !token.is_leader(),
-            "a missed renewal must stop writes by itself"
-        );
-        assert!(token.holds(), "a late renewal is not a lost lease");
-        assert!(token.is_overdue());
-        token.grant(Instant::now() + Duration::from_secs(10));
-        assert!(token.is_leader() && !token.is_overdue());
-        token.revoke();
-        assert!(!token.holds() && !token.is_overdue());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn revoking_stops_writes_at_once() {
-        let token = LeaderToken::elected();
-        token.grant(Instant::now() + Duration::from_secs(10));
-        token.revoke();
-        assert!(!token.is_leader());
-        assert!(LeaderToken::always().is_leader());
-        let always = LeaderToken::always();
-        always.revoke();
-        assert!(always.is_leader());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waiters_wake_on_grant() {
-        let token = LeaderToken::elected();
-        let waiter = {
-            let t = token.clone();
-            tokio::spawn(async move { t.wait_leader().await })
-        };
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(!waiter.is_finished());
-        token.grant(Instant::now() + Duration::from_secs(10));
-        waiter.await.unwrap();
     }
 }

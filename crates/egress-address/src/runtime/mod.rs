@@ -1,6 +1,6 @@
 //! The running controller: the shard watch feeding a work queue ([`watch`], [`queue`]), workers
 //! that reconcile while this instance leads and the drift pacer ([`worker`]), the sweep that
-//! catches a dropped trigger ([`sweep`]), leader election ([`leader`]), events ([`events`]) and
+//! catches a dropped trigger ([`sweep`]), leader election ([`leader`], and the write gate it keeps, [`token`]), events ([`events`]) and
 //! readiness ([`readiness`]). Every task shares one set of handles ([`shared`]); [`tasks`] starts
 //! them and stops them in order. The admin servers (the `admin` folder) see the running controller
 //! through its [`Handle`]; nothing here knows them.
@@ -21,6 +21,7 @@ pub mod readiness;
 pub mod shared;
 pub mod sweep;
 pub mod tasks;
+pub mod token;
 pub mod watch;
 pub mod worker;
 
@@ -43,10 +44,10 @@ use crate::metrics::Metrics;
 use crate::reconcile::Context;
 use crate::shard::{CachedShard, ShardKey, ShardMemory};
 use activity::Activity;
-use leader::LeaderToken;
 use readiness::Readiness;
 use shared::Shared;
 use tasks::Tasks;
+use token::LeaderToken;
 
 /// What the controller was doing when the cell forbade reading its identity.
 const IDENTIFYING: &str =

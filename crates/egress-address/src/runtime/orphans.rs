@@ -37,9 +37,9 @@ use kube::runtime::reflector::{Lookup, ObjectRef};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::leader::LeaderToken;
 use super::limiter::RetryBucket;
 use super::readiness::Readiness;
+use super::token::LeaderToken;
 use crate::ipam::naming::{LABEL_CELL_TAG, cell_claim_prefix, cell_tag};
 use crate::ipam::orphans::{Marks, Standing, marks, standing};
 use crate::ipam::release::{Freed, ReleaseError, Vouch, live_shard, release, whose};

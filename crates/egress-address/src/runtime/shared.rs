@@ -7,9 +7,9 @@ use std::time::Duration;
 use kube::runtime::reflector::Store;
 
 use super::activity::Activity;
-use super::leader::LeaderToken;
 use super::queue::{QueueEvents, WorkQueue};
 use super::readiness::Readiness;
+use super::token::LeaderToken;
 use crate::metrics::{Metrics, QueueLoad};
 use crate::shard::{CachedShard, ShardKey, ShardMemory};
 

@@ -115,15 +115,7 @@ impl Tasks {
         let lease = settings.leader_election.clone().map(|le| {
             let stop = CancellationToken::new();
             let api: Api<Lease> = Api::namespaced(cell.clone(), &le.namespace);
-            let elector = Elector::new(
-                api,
-                le,
-                settings.identity.clone(),
-                shared.leader.clone(),
-                shared.metrics.clone(),
-                shared.memory.clone(),
-                shared.readiness.clone(),
-            );
+            let elector = Elector::new(api, le, settings.identity.clone(), shared.clone());
             Stoppable {
                 task: tokio::spawn(elector.run(stop.clone())),
                 stop,

@@ -8,7 +8,7 @@ use crate::common::*;
 use egress_address::Metrics;
 use egress_address::reconcile::{Note, reason};
 use egress_address::runtime::events::Notifier;
-use egress_address::runtime::leader::LeaderToken;
+use egress_address::runtime::token::LeaderToken;
 use egress_address::shard::{ShardKey, ShardMemory};
 use egress_api::shard::EgressShard;
 use tokio_util::sync::CancellationToken;
