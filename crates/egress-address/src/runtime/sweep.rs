@@ -88,27 +88,9 @@ fn owed_an_address(cached: &CachedShard, known: Option<ShardState>) -> bool {
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
-    use egress_api::shard::{EgressShard, EgressShardSpec, TargetRef};
+    use crate::shard::fixture::shard;
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
-
-    fn shard(name: &str, address: &str) -> EgressShard {
-        let mut s = EgressShard::new(
-            name,
-            EgressShardSpec {
-                target_ref: TargetRef {
-                    kind: "Node".into(),
-                    name: "node-a".into(),
-                },
-                shard_address_ipv6: address.into(),
-                ..Default::default()
-            },
-        );
-        s.metadata.namespace = Some("ns".into());
-        s.metadata.uid = Some(format!("uid-{name}"));
-        s.metadata.resource_version = Some("1".into());
-        s
-    }
 
     #[tokio::test]
     async fn queues_only_unaddressed_shards_nothing_owes() {

@@ -370,23 +370,12 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use egress_api::shard::{EgressShardSpec, TargetRef};
+    use crate::shard::fixture;
     use std::collections::BTreeMap;
 
+    /// Shard `ns/w-1`, its label set when `labelled`.
     fn shard(address: &str, labelled: bool) -> EgressShard {
-        let mut s = EgressShard::new(
-            "w-1",
-            EgressShardSpec {
-                target_ref: TargetRef {
-                    kind: "Node".into(),
-                    name: "node-a".into(),
-                },
-                shard_address_ipv6: address.into(),
-                ..Default::default()
-            },
-        );
-        s.metadata.namespace = Some("ns".into());
-        s.metadata.resource_version = Some("7".into());
+        let mut s = fixture::shard("w-1", address);
         if labelled {
             s.metadata.labels = Some(BTreeMap::from([(
                 egress_api::shard::LABEL_EGRESS_IPV6.to_string(),

@@ -3,6 +3,8 @@
 
 pub mod cached;
 pub mod decide;
+#[cfg(test)]
+pub mod fixture;
 pub mod memory;
 pub mod watched;
 
