@@ -4,10 +4,10 @@
 use egress_api::ipam::IPAllocation;
 use serde_json::{Value, json};
 
+use super::bind;
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
-use super::source;
-use super::store::{self, ALLOCATIONS, name_of, namespace_of, typed};
+use super::store::{ALLOCATIONS, name_of, namespace_of, typed};
 
 pub fn create(_ctx: &mut Ctx<'_, '_>, _obj: &mut Value) -> Result<()> {
     Err(errors::method_not_allowed(
@@ -50,18 +50,6 @@ pub fn delete(ctx: &mut Ctx<'_, '_>, obj: &Value) -> Result<()> {
         );
         return Err(errors::conflict(ALLOCATIONS, &name, &msg, Vec::new()));
     }
-    if source::release_remote(ctx, &ns, &name)? {
-        return Ok(());
-    }
-    let Some(pool) = a.spec.pool_ref.as_ref().map(|r| r.name.clone()) else {
-        return Ok(());
-    };
-    if ctx
-        .ix
-        .remove(&pool, &store::claim_row_key(&ns, &name))
-        .is_some()
-    {
-        store::write_pool_status(ctx.txn, ctx.ix, &pool)?;
-    }
-    Ok(())
+    let pool = a.spec.pool_ref.as_ref().map(|r| r.name.as_str());
+    bind::release(ctx, pool, &ns, &name)
 }

@@ -10,12 +10,10 @@ use serde_json::{Value, json};
 
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
-use super::source::{self, Definition};
+use super::source::{self, Definition, MAX_CHAIN_DEPTH};
 use super::store::{ANNOTATION_DEFAULT_CLASS, CLASSES, key, name_of, typed};
 
 const KIND: &str = "IPClass";
-/// Longest parent chain the service follows.
-pub const MAX_CHAIN_DEPTH: usize = 8;
 
 pub fn family_bits(family: &str) -> i32 {
     if family == FAMILY_IPV4 { 32 } else { 128 }
@@ -323,10 +321,9 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPClass = typed(old)?;
     let n: IPClass = typed(new)?;
     let mut errs = Vec::new();
-    let fixed = FieldError::immutable;
     let source = source::source_of(new);
     if source::source_of(old) != source {
-        errs.push(fixed(
+        errs.push(FieldError::immutable(
             "source",
             "it decides which class, pools and address space every claim of this class allocates under",
         ));
@@ -335,36 +332,34 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
         source::validate_reference(new, &n, &mut errs);
         return errors::check(KIND, &name, errs);
     }
-    if o.spec.ip_family != n.spec.ip_family {
-        errs.push(fixed(
+    let (was, now) = (&o.spec, &n.spec);
+    errs.extend(FieldError::immutables([
+        (
             "ipFamily",
+            was.ip_family != now.ip_family,
             "pools and allocations of this class are of this family",
-        ));
-    }
-    if o.spec.parent_class_name != n.spec.parent_class_name {
-        errs.push(fixed(
+        ),
+        (
             "parentClassName",
+            was.parent_class_name != now.parent_class_name,
             "this class's pools were carved from the parent's",
-        ));
-    }
-    if o.spec.unique_within != n.spec.unique_within {
-        errs.push(fixed(
+        ),
+        (
             "uniqueWithin",
+            was.unique_within != now.unique_within,
             "it defines the address spaces existing allocations live in",
-        ));
-    }
-    if o.spec.pool_per != n.spec.pool_per {
-        errs.push(fixed(
+        ),
+        (
             "poolPer",
+            was.pool_per != now.pool_per,
             "it defines the identity of the pools this class has provisioned",
-        ));
-    }
-    if o.spec.provisioner != n.spec.provisioner {
-        errs.push(fixed(
+        ),
+        (
             "provisioner",
+            was.provisioner != now.provisioner,
             "the pools of this class were provisioned by it",
-        ));
-    }
+        ),
+    ]));
     validate_own(&name, &n, &mut errs);
     if errs.is_empty() {
         validate_catalog(ctx, &name, &n, &mut errs)?;

@@ -102,6 +102,15 @@ impl FieldError {
             format!("spec.{field} is immutable: {why}"),
         )
     }
+    /// An [`immutable`](Self::immutable) error for each `(field, changed, why)` whose field the
+    /// update changed.
+    pub fn immutables<'a>(fields: impl IntoIterator<Item = (&'a str, bool, &'a str)>) -> Vec<Self> {
+        fields
+            .into_iter()
+            .filter(|(_, changed, _)| *changed)
+            .map(|(field, _, why)| Self::immutable(field, why))
+            .collect()
+    }
     /// The `field: Label: detail` text apimachinery puts in the message and in the cause.
     fn render(&self) -> String {
         format!("{}: {}: {}", self.field, self.kind.label(), self.detail)

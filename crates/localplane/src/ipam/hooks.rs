@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kube::core::Status;
 use serde_json::Value;
 
-use super::ctx::{self, Ctx};
+use super::ctx::{self, Ctx, Remote, Work};
 use super::errors::Result;
 use super::index::{Index, IndexTxn};
 use super::namespaces::Liveness;
@@ -73,8 +73,6 @@ impl IpamHooks {
         })
     }
 
-    /// Runs one hook with the index locked, undoing its index changes when the request is refused
-    /// (the plane discards the request's writes then, and the index must keep matching them).
     /// What one handler of this plane works with, for a request on `plural`.
     fn ctx<'a, 'b>(
         &'a self,
@@ -90,10 +88,13 @@ impl IpamHooks {
             project: self.project.as_deref(),
             liveness: &self.liveness,
             plural,
-            realm: &self.realm,
+            realm: &*self.realm,
         }
     }
 
+    /// Runs one hook for a tenanted caller with the index locked, undoing its index changes when
+    /// the request is refused (the plane discards the request's writes then, and the index must
+    /// keep matching them).
     fn run(
         &self,
         txn: &mut dyn PlaneTxn,
@@ -105,6 +106,7 @@ impl IpamHooks {
         let mut ix = IndexTxn::new(&mut guard);
         let mut ctx = self.ctx(txn, &mut ix, caller, res.plural.as_str());
         let out = (|| {
+            ctx.tenant()?;
             if ctx.plural != CLASSES {
                 store::ensure_fresh(ctx.txn, ctx.ix)?;
             }
@@ -118,17 +120,10 @@ impl IpamHooks {
             }
         }
     }
+}
 
-    /// Runs `f` on this hook's plane (`plane`) and its index, for a claim of another project of
-    /// the realm, from inside that project's write (whose hold on the write group it joins).
-    /// What `f` changed is kept when `keep` and `f` succeeded, and undone otherwise.
-    pub(crate) fn run_for_another<R>(
-        &self,
-        plane: &Plane,
-        caller: &Caller,
-        keep: bool,
-        f: impl FnOnce(&mut Ctx<'_, '_>) -> Result<R>,
-    ) -> Result<R> {
+impl Remote for IpamHooks {
+    fn run_boxed(&self, plane: &Plane, caller: &Caller, keep: bool, f: Work<'_>) -> Result<()> {
         plane.group_txn(|txn| {
             let mut guard = self.lock_index();
             let mut ix = IndexTxn::new(&mut guard);
@@ -156,14 +151,11 @@ impl StorageHooks for IpamHooks {
         res: &ResourceKey,
         obj: &mut Value,
     ) -> std::result::Result<(), Status> {
-        self.run(txn, caller, res, |ctx| {
-            ctx.tenant()?;
-            match ctx.plural {
-                POOLS => pools::create(ctx, obj),
-                CLASSES => classes::create(ctx, obj),
-                CLAIMS => claims::create(ctx, obj),
-                _ => allocations::create(ctx, obj),
-            }
+        self.run(txn, caller, res, |ctx| match ctx.plural {
+            POOLS => pools::create(ctx, obj),
+            CLASSES => classes::create(ctx, obj),
+            CLAIMS => claims::create(ctx, obj),
+            _ => allocations::create(ctx, obj),
         })
     }
 
@@ -175,14 +167,11 @@ impl StorageHooks for IpamHooks {
         old: &Value,
         new: &mut Value,
     ) -> std::result::Result<(), Status> {
-        self.run(txn, caller, res, |ctx| {
-            ctx.tenant()?;
-            match ctx.plural {
-                POOLS => pools::update(ctx, old, new),
-                CLASSES => classes::update(ctx, old, new),
-                CLAIMS => claims::update(ctx, old, new),
-                _ => allocations::update(ctx, old, new),
-            }
+        self.run(txn, caller, res, |ctx| match ctx.plural {
+            POOLS => pools::update(ctx, old, new),
+            CLASSES => classes::update(ctx, old, new),
+            CLAIMS => claims::update(ctx, old, new),
+            _ => allocations::update(ctx, old, new),
         })
     }
 
@@ -193,14 +182,11 @@ impl StorageHooks for IpamHooks {
         res: &ResourceKey,
         obj: &Value,
     ) -> std::result::Result<(), Status> {
-        self.run(txn, caller, res, |ctx| {
-            ctx.tenant()?;
-            match ctx.plural {
-                POOLS => pools::delete(ctx, obj),
-                CLASSES => Ok(()),
-                CLAIMS => claims::delete(ctx, obj),
-                _ => allocations::delete(ctx, obj),
-            }
+        self.run(txn, caller, res, |ctx| match ctx.plural {
+            POOLS => pools::delete(ctx, obj),
+            CLASSES => Ok(()),
+            CLAIMS => claims::delete(ctx, obj),
+            _ => allocations::delete(ctx, obj),
         })
     }
 

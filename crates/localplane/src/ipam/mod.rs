@@ -10,8 +10,8 @@
 //! Each project is its own catalog, as in the line production runs (`2f31bea`): a claim names a
 //! class of its own project. That class may be a reference (`spec.source {project, name}`) to a
 //! class of another project; the claim then allocates as that class does, from that project's
-//! pools (`source.rs`). The project planes of one [`install`] are one realm, so a write on one may
-//! write another.
+//! pools (`source.rs` resolves the class, `bind.rs` binds there). The project planes of one
+//! [`install`] are one realm, so a write on one may write another.
 //!
 //! Reservations (`spec.reservations {leading, trailing, unitPrefixLength}` on a root pool, or on
 //! a provisioning class, which copies them onto every pool it provisions) become `Reservation`
@@ -19,12 +19,30 @@
 //! `status.capacity` and `utilizationPercent`, block every address space, and are never handed
 //! out, not even to a claim that names the address. As in the service, they are rows and not
 //! `IPAllocation` objects: no DELETE reaches them, and they go with their pool.
+//!
+//! Imports between the files point down this list, never up:
+//!
+//! ```text
+//! hooks        IpamHooks, the plane's seam: one handler per kind and verb, the index locked
+//! realm        the project planes of one IPAM (a ctx::Projects); members are ctx::Remote
+//! claims       IPClaim: the class, the checks, the allocation record; release on delete
+//! allocations  IPAllocation: fixed, force-released by a delete
+//! bind         what a claim takes from its chain's pools, here or in another project; freeing it
+//! classes      IPClass: the catalog, validated
+//! source       class references (`spec.source`): resolving a class, its chain
+//! pools        IPPool: validated, carved, their status
+//! ctx          what a handler works with (Ctx), and the traits it reaches other projects by
+//! namespaces   namespace liveness on a claim create
+//! store        reading and writing IPAM objects, the hidden records, keeping the index in step
+//! index, digest, errors
+//! ```
 
 // The hook seam answers with `kube::core::Status` by value; boxing it here would only move the
 // copy to the boundary.
 #![allow(clippy::result_large_err)]
 
 mod allocations;
+mod bind;
 mod claims;
 mod classes;
 mod ctx;

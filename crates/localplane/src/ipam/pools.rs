@@ -292,28 +292,29 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPPool = typed(old)?;
     let n: IPPool = typed(new)?;
     let mut errs = Vec::new();
-    let fixed = FieldError::immutable;
-    if o.spec.cidr != n.spec.cidr {
-        errs.push(fixed("cidr", "a pool's range is fixed when it is created"));
-    }
-    if o.spec.ip_family != n.spec.ip_family {
-        errs.push(fixed(
+    let (was, now) = (&o.spec, &n.spec);
+    errs.extend(FieldError::immutables([
+        (
+            "cidr",
+            was.cidr != now.cidr,
+            "a pool's range is fixed when it is created",
+        ),
+        (
             "ipFamily",
+            was.ip_family != now.ip_family,
             "a pool serves one address family for its whole life",
-        ));
-    }
-    if o.spec.parent_pool_ref != n.spec.parent_pool_ref {
-        errs.push(fixed(
+        ),
+        (
             "parentPoolRef",
+            was.parent_pool_ref != now.parent_pool_ref,
             "a child pool's block was carved from this parent",
-        ));
-    }
-    if o.spec.prefix_length != n.spec.prefix_length {
-        errs.push(fixed(
+        ),
+        (
             "prefixLength",
+            was.prefix_length != now.prefix_length,
             "a child pool's block was carved at this size",
-        ));
-    }
+        ),
+    ]));
     if o.spec.reservations != n.spec.reservations {
         errs.push(FieldError::forbidden(
             "spec.reservations",

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, Weak};
 
-use super::IpamHooks;
+use super::ctx::{Projects, Remote};
 use crate::locks;
 use crate::plane::{Plane, WeakPlane, WriteGroup};
 
@@ -19,7 +19,7 @@ pub struct Realm {
 /// Held weakly: the planes hold their hooks, and the hooks hold the realm.
 struct Member {
     plane: WeakPlane,
-    hooks: Weak<IpamHooks>,
+    hooks: Weak<dyn Remote>,
 }
 
 impl Realm {
@@ -28,19 +28,21 @@ impl Realm {
     }
 
     /// Adds a project's plane and the hooks serving IPAM on it.
-    pub fn join(&self, project: &str, plane: &Plane, hooks: &Arc<IpamHooks>) {
+    pub fn join<H: Remote + 'static>(&self, project: &str, plane: &Plane, hooks: &Arc<H>) {
         plane.join_group(&self.group);
+        let hooks: Weak<H> = Arc::downgrade(hooks);
         locks::write(&self.members).insert(
             project.to_string(),
             Member {
                 plane: plane.downgrade(),
-                hooks: Arc::downgrade(hooks),
+                hooks,
             },
         );
     }
+}
 
-    /// A project's plane and its IPAM hooks, while both are served.
-    pub fn member(&self, project: &str) -> Option<(Plane, Arc<IpamHooks>)> {
+impl Projects for Realm {
+    fn member(&self, project: &str) -> Option<(Plane, Arc<dyn Remote>)> {
         let members = locks::read(&self.members);
         let m = members.get(project)?;
         Some((m.plane.upgrade()?, m.hooks.upgrade()?))

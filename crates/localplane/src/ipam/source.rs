@@ -4,51 +4,16 @@
 //! allocates as the class it names does: that class's chain, from that project's pools, in the
 //! claiming project's address space. A reference resolves in one hop.
 //!
-//! Milo keeps every project in one database; here each project is a plane. A claim in project A
-//! whose class chain has its root in project P (through a reference) binds from P's pools, and
-//! so in two places: A stores the claim and its `IPAllocation` (with a hidden record naming P),
-//! P's pool holds the row (with a hidden record, so that P's index rebuilt from its store still
-//! holds it). The chain's pools are provisioned in P too, whichever project defines each level. The hook on A works out the block
-//! on P and undoes it, and P takes it for real once A's write commits (nothing changes P in
-//! between: the planes of a realm write one at a time). A dry run or a refusal of A's write
-//! leaves P untouched. Releasing such an allocation frees P's row the same way.
+//! A claim of a class whose chain has its root in another project binds from that project's
+//! pools; `bind.rs` says how.
 
 use egress_api::ipam::IPClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use super::claims::Bind;
-use super::classes::MAX_CHAIN_DEPTH;
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
-use super::index::Block;
-use super::store::{self, CLASSES, key, name_of, typed};
-use crate::hooks::ResourceKey;
-
-/// Where the hidden records live: no API serves this group, and the records are cluster-scoped,
-/// so no namespace waits for them to go.
-const INTERNAL_GROUP: &str = "ipam.localplane.internal";
-
-/// In a pool's project: a row of one of its pools that another project's allocation holds.
-pub(crate) fn held_key() -> ResourceKey {
-    ResourceKey::new(INTERNAL_GROUP, "heldrows")
-}
-
-/// In a claim's project: an allocation whose row is in a pool of another project.
-pub(crate) fn remote_key() -> ResourceKey {
-    ResourceKey::new(INTERNAL_GROUP, "remoterows")
-}
-
-/// The key of a row held for `project`'s allocation `namespace/allocation`, in the pool's index
-/// and as the name of its hidden record.
-pub(crate) fn held_row_key(project: &str, namespace: &str, allocation: &str) -> String {
-    format!("{project}:{namespace}/{allocation}")
-}
-
-/// The name of the hidden record of a remote allocation, in its own project.
-pub(crate) fn remote_name(namespace: &str, allocation: &str) -> String {
-    format!("{namespace}/{allocation}")
-}
+use super::store::{CLASSES, key, name_of, typed};
 
 /// IPClass's `spec.source`, which the shared API types leave out, added to its schema.
 pub fn with_source_field(crd: CustomResourceDefinition) -> CustomResourceDefinition {
@@ -143,6 +108,9 @@ pub(crate) fn validate_reference(obj: &Value, class: &IPClass, errs: &mut Vec<Fi
         }
     }
 }
+
+/// Longest parent chain the service follows.
+pub const MAX_CHAIN_DEPTH: usize = 8;
 
 /// The class a name resolves to: the class itself, or the one it references.
 pub(crate) struct Definition {
@@ -241,99 +209,4 @@ pub(crate) fn chain(
         }
         chain.push(def);
     }
-}
-
-/// Binds `bind` from the pools of `project` (another project of the realm) for this plane's
-/// allocation `namespace/allocation`: works the block out on that project's plane and undoes
-/// it, records here that the row is there, and has that plane take the block once this write
-/// commits. Returns the pool and the block.
-pub(crate) fn bind_remote(
-    ctx: &mut Ctx<'_, '_>,
-    project: &str,
-    bind: Bind,
-    namespace: &str,
-    allocation: &str,
-) -> Result<(String, Block)> {
-    let Some((plane, hooks)) = ctx.realm.member(project) else {
-        return Err(errors::class_not_found_as(format!(
-            "ipam: class not found: \"{}\" in project \"{project}\"",
-            bind.chain
-                .last()
-                .and_then(|c| c.metadata.name.as_deref())
-                .unwrap_or("")
-        )));
-    };
-    let row = held_row_key(ctx.plane_project(), namespace, allocation);
-    let caller = ctx.caller.clone();
-    let planned = hooks.run_for_another(&plane, &caller, false, |p| bind.run(p, &row))?;
-    ctx.txn.put(
-        &remote_key(),
-        json!({
-            "metadata": {"name": remote_name(namespace, allocation)},
-            "project": project,
-            "pool": planned.0,
-        }),
-    );
-    let expected = planned.clone();
-    ctx.txn.after_commit(Box::new(move || {
-        let taken = hooks.run_for_another(&plane, &caller, true, |p| {
-            let (pool, block) = bind.run(p, &row)?;
-            p.txn.put(
-                &held_key(),
-                json!({
-                    "metadata": {"name": row},
-                    "pool": pool,
-                    "allocatedCIDR": block.to_string(),
-                    "scopeDigest": bind.space,
-                }),
-            );
-            Ok((pool, block))
-        });
-        match taken {
-            Ok(t) if t == expected => {}
-            Ok((pool, block)) => tracing::error!(
-                row,
-                pool,
-                %block,
-                "a claim's remote block changed between working it out and taking it"
-            ),
-            Err(e) => tracing::error!(row, error = %e.message, "a claim's remote block could not be taken"),
-        }
-    }));
-    Ok(planned)
-}
-
-/// Releases the row of this plane's allocation `namespace/allocation` when it is in another
-/// project's pool: forgets the record here, and has that project free the row once this write
-/// commits. `false` when the row is in this plane's own pool.
-pub(crate) fn release_remote(
-    ctx: &mut Ctx<'_, '_>,
-    namespace: &str,
-    allocation: &str,
-) -> Result<bool> {
-    let name = remote_name(namespace, allocation);
-    let Some(record) = ctx.txn.remove(&remote_key(), None, &name) else {
-        return Ok(false);
-    };
-    let project = record["project"].as_str().unwrap_or("").to_string();
-    let pool = record["pool"].as_str().unwrap_or("").to_string();
-    let row = held_row_key(ctx.plane_project(), namespace, allocation);
-    // A project no longer served took its pools with it.
-    let Some((plane, hooks)) = ctx.realm.member(&project) else {
-        return Ok(true);
-    };
-    let caller = ctx.caller.clone();
-    ctx.txn.after_commit(Box::new(move || {
-        let freed = hooks.run_for_another(&plane, &caller, true, |p| {
-            if p.ix.remove(&pool, &row).is_some() {
-                store::write_pool_status(p.txn, p.ix, &pool)?;
-            }
-            p.txn.remove(&held_key(), None, &row);
-            Ok(())
-        });
-        if let Err(e) = freed {
-            tracing::error!(row, pool, error = %e.message, "a remote row could not be freed");
-        }
-    }));
-    Ok(true)
 }

@@ -1,5 +1,5 @@
-//! Reading and writing IPAM objects through the plane, and keeping the allocation index in step
-//! with what the plane actually stored.
+//! Reading and writing IPAM objects through the plane, the hidden records of rows held across
+//! projects, and keeping the allocation index in step with what the plane actually stored.
 
 use std::collections::HashSet;
 
@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use super::errors::{self, Result};
 use super::index::{Block, Index, IndexTxn, PoolIndex, Row, RowKind, Sync};
-use super::source;
 use crate::hooks::{PlaneTxn, ResourceKey};
 
 pub const POOLS: &str = "ippools";
@@ -139,6 +138,31 @@ pub fn reservation_blocks(
     Ok(out)
 }
 
+/// Where the hidden records live: no API serves this group, and the records are cluster-scoped,
+/// so no namespace waits for them to go.
+const INTERNAL_GROUP: &str = "ipam.localplane.internal";
+
+/// In a pool's project: a row of one of its pools that another project's allocation holds.
+pub fn held_key() -> ResourceKey {
+    ResourceKey::new(INTERNAL_GROUP, "heldrows")
+}
+
+/// In a claim's project: an allocation whose row is in a pool of another project.
+pub fn remote_key() -> ResourceKey {
+    ResourceKey::new(INTERNAL_GROUP, "remoterows")
+}
+
+/// The key of a row held for `project`'s allocation `namespace/allocation`, in the pool's index
+/// and as the name of its hidden record.
+pub fn held_row_key(project: &str, namespace: &str, allocation: &str) -> String {
+    format!("{project}:{namespace}/{allocation}")
+}
+
+/// The name of the hidden record of a remote allocation, in its own project.
+pub fn remote_name(namespace: &str, allocation: &str) -> String {
+    format!("{namespace}/{allocation}")
+}
+
 pub fn reservation_key(i: usize) -> String {
     format!("reservation:{i}")
 }
@@ -244,11 +268,11 @@ fn rebuild(txn: &dyn PlaneTxn, pool_objs: &[Value]) -> Result<Index> {
     // An allocation whose row is in another project's pool is that project's to index; a row
     // of this project's pools held for another project is this one's.
     let remote: HashSet<String> = txn
-        .list(&source::remote_key(), None)
+        .list(&remote_key(), None)
         .iter()
         .map(|r| name_of(r).to_string())
         .collect();
-    for held in txn.list(&source::held_key(), None) {
+    for held in txn.list(&held_key(), None) {
         let (Some(pool), Ok(block)) = (
             held["pool"].as_str().and_then(|p| ix.pools.get_mut(p)),
             Block::parse(held["allocatedCIDR"].as_str().unwrap_or("")),
@@ -267,7 +291,7 @@ fn rebuild(txn: &dyn PlaneTxn, pool_objs: &[Value]) -> Result<Index> {
         }
     }
     for obj in txn.list(&key(ALLOCATIONS), None) {
-        if remote.contains(&source::remote_name(namespace_of(&obj), name_of(&obj))) {
+        if remote.contains(&remote_name(namespace_of(&obj), name_of(&obj))) {
             continue;
         }
         let a: egress_api::ipam::IPAllocation = typed(&obj)?;
