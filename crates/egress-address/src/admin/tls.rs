@@ -32,7 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::connect::follow::{Seen, fingerprint};
+use crate::connect::follow::{Seen, fingerprint, next_look};
 use crate::error::Error;
 
 /// How often certificate files are looked at.
@@ -266,11 +266,7 @@ impl CertFollower {
     }
 
     pub async fn run(mut self, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.poll) => {}
-            }
+        while next_look(&stop, self.poll, None).await {
             match self.look() {
                 Ok(true) => info!(
                     sha256 = %self.serving.fingerprint(),

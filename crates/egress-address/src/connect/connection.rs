@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Error;
-use super::follow::{Seen, fingerprint};
+use super::follow::{Seen, fingerprint, next_look};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -213,12 +213,7 @@ impl Follower {
     }
 
     pub async fn run(mut self, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = self.refused.notified() => {}
-                _ = tokio::time::sleep(self.poll) => {}
-            }
+        while next_look(&stop, self.poll, Some(&self.refused)).await {
             let Some(now) = self.seen.fresh(fingerprint(&[&self.path])) else {
                 continue;
             };

@@ -4,8 +4,11 @@
 //! until they do.
 
 use std::path::Path;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// The content of a set of files, to tell a change.
 pub type Fingerprint = [u8; 32];
@@ -19,6 +22,22 @@ pub fn fingerprint(paths: &[&Path]) -> Option<Fingerprint> {
         hash.update(&bytes);
     }
     Some(hash.finalize().into())
+}
+
+/// Waits until the next look is due: `poll` has passed since this was called, or `wake` was
+/// notified (a server refused the credential the files hold). `false` once `stop` is cancelled.
+pub async fn next_look(stop: &CancellationToken, poll: Duration, wake: Option<&Notify>) -> bool {
+    let woken = async {
+        match wake {
+            Some(wake) => wake.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = woken => true,
+        _ = tokio::time::sleep(poll) => true,
+    }
 }
 
 /// The content a follower serves, and the last one that failed to load.
