@@ -24,9 +24,9 @@ struct Crate {
     modules: BTreeSet<ModPath>,
     /// Each file's module and its code (comments and unit tests taken out).
     files: Vec<(PathBuf, ModPath, String)>,
-    /// Names the crate root re-exports (`pub use runtime::Controller`) and the module they come
-    /// from; names defined in the root itself map to the empty path.
-    root_names: BTreeMap<String, ModPath>,
+    /// Per module, the names its own file re-exports (`pub use runtime::Controller`) and the
+    /// module they come from; names the crate root defines itself map to the root (empty path).
+    names: BTreeMap<ModPath, BTreeMap<String, ModPath>>,
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -198,63 +198,114 @@ fn load(dir: &Path) -> Crate {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let mut modules = BTreeSet::new();
     let mut files = Vec::new();
-    let mut root_names = BTreeMap::new();
     for path in paths {
         let module = module_of(&src, &path);
-        let text = std::fs::read_to_string(&path).unwrap();
         if module.last().is_some_and(|m| m == "tests") {
             continue;
-        }
-        if module.is_empty() && path.ends_with("lib.rs") {
-            root_names = root_names_of(&text);
         }
         modules.insert(module.clone());
         // A binary's main.rs is its own crate root, above the library's.
         if !(module.is_empty() && path.ends_with("main.rs")) {
+            let text = std::fs::read_to_string(&path).unwrap();
             files.push((path, module, code(&text)));
         }
+    }
+    let mut names = BTreeMap::new();
+    for (path, module, code) in &files {
+        let own = names_of(module, code, &modules, path.ends_with("lib.rs"));
+        names.insert(module.clone(), own);
     }
     Crate {
         name,
         modules,
         files,
-        root_names,
+        names,
     }
 }
 
-/// What a crate root (lib.rs) names: its `pub use` re-exports, and its own items.
-fn root_names_of(text: &str) -> BTreeMap<String, ModPath> {
+/// What a module's own file names for others: each `pub use` re-export, as the module it comes
+/// from; for the crate root (lib.rs), also its own items, as the root itself.
+fn names_of(
+    module: &ModPath,
+    code: &str,
+    modules: &BTreeSet<ModPath>,
+    is_root: bool,
+) -> BTreeMap<String, ModPath> {
     let mut out = BTreeMap::new();
-    let code = code(text);
     for statement in code.split(';') {
         let statement = statement.trim();
-        if let Some(used) = statement.strip_prefix("pub use ") {
-            let mut found = Vec::new();
-            expand(&[], used, &mut found);
-            for segments in found {
-                if let (Some(first), Some(last)) = (segments.first(), segments.last()) {
-                    let last = last.rsplit(" as ").next().unwrap_or(last).to_string();
-                    out.insert(last, vec![first.clone()]);
-                }
+        let Some(used) = statement
+            .strip_prefix("pub use ")
+            .or_else(|| statement.strip_prefix("pub(crate) use "))
+        else {
+            continue;
+        };
+        let mut found = Vec::new();
+        expand(&[], used, &mut found);
+        for segments in found {
+            let Some(last) = segments.last() else {
+                continue;
+            };
+            let exported = last.rsplit(" as ").next().unwrap_or(last).to_string();
+            // A bare first segment is a child module of this one (edition 2018 paths).
+            let mut from = match segments[0].as_str() {
+                "crate" | "self" | "super" => resolve(module, &segments),
+                _ => module
+                    .iter()
+                    .cloned()
+                    .chain(segments.iter().cloned())
+                    .collect(),
+            };
+            while !from.is_empty() && !modules.contains(&from) {
+                from.pop();
+            }
+            if from.len() > module.len() || !from.starts_with(module) {
+                out.insert(exported, from);
             }
         }
     }
-    for line in code.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let item = words
-            .iter()
-            .position(|w| matches!(*w, "fn" | "const" | "static" | "struct" | "enum" | "type"));
-        if let Some(i) = item
-            && let Some(name) = words.get(i + 1)
-        {
-            let name: String = name
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            out.insert(name, vec![]);
+    if is_root {
+        for line in code.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let item = words
+                .iter()
+                .position(|w| matches!(*w, "fn" | "const" | "static" | "struct" | "enum" | "type"));
+            if let Some(i) = item
+                && let Some(name) = words.get(i + 1)
+            {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.insert(name, vec![]);
+            }
         }
     }
     out
+}
+
+/// The module a resolved path reaches: a name a module re-exports stands for the module it comes
+/// from (so a circle cannot hide behind a folder's re-exports); the rest of a path names an item.
+fn module_reached(krate: &Crate, mut target: ModPath) -> ModPath {
+    for _ in 0..8 {
+        let mut at = target.clone();
+        while !at.is_empty() && !krate.modules.contains(&at) {
+            at.pop();
+        }
+        let next = target.get(at.len());
+        match next.and_then(|n| krate.names.get(&at).and_then(|names| names.get(n))) {
+            Some(from) => {
+                let mut more = from.clone();
+                more.extend(target[at.len() + 1..].iter().cloned());
+                if more == target {
+                    return at;
+                }
+                target = more;
+            }
+            None => return at,
+        }
+    }
+    target
 }
 
 /// Every import of one module by another, as (from, to) module paths and the file it is in.
@@ -262,18 +313,7 @@ fn imports(krate: &Crate) -> Vec<(ModPath, ModPath, PathBuf)> {
     let mut out = Vec::new();
     for (path, own, code) in &krate.files {
         for segments in paths(code) {
-            let mut target = resolve(own, &segments);
-            // A name the crate root re-exports stands for the module it comes from.
-            if !target.is_empty()
-                && !krate.modules.contains(&target[..1])
-                && let Some(module) = krate.root_names.get(&target[0])
-            {
-                target = module.clone();
-            }
-            // The longest module the path is in (the rest names an item).
-            while !target.is_empty() && !krate.modules.contains(&target) {
-                target.pop();
-            }
+            let target = module_reached(krate, resolve(own, &segments));
             out.push((own.clone(), target, path.clone()));
         }
     }
