@@ -47,13 +47,7 @@ fn gv_path(group: &str, version: &str) -> String {
 /// The group-versions a plane documents, each with its document's hash.
 pub fn root(reg: &Registry, prefix: &str) -> Value {
     let mut paths = Map::new();
-    let mut gvs: Vec<(String, String)> = reg
-        .all()
-        .flat_map(|d| d.versions.iter().map(|v| (d.group.clone(), v.name.clone())))
-        .collect();
-    gvs.sort();
-    gvs.dedup();
-    for (g, v) in gvs {
+    for (g, v) in reg.group_versions() {
         let doc = group_version(reg, &g, &v).unwrap_or_default();
         let hash = hex::encode_upper(Sha256::digest(doc.to_string().as_bytes()));
         let p = gv_path(&g, &v);

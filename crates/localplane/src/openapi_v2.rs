@@ -104,15 +104,9 @@ fn v2_parameter(p: &Value) -> Value {
 
 /// The Swagger 2.0 document of every kind the plane serves.
 pub fn document(reg: &Registry) -> Value {
-    let mut gvs: Vec<(String, String)> = reg
-        .all()
-        .flat_map(|d| d.versions.iter().map(|v| (d.group.clone(), v.name.clone())))
-        .collect();
-    gvs.sort();
-    gvs.dedup();
     let mut definitions = Map::new();
     let mut paths = Map::new();
-    for (g, v) in gvs {
+    for (g, v) in reg.group_versions() {
         let Some(doc) = openapi::group_version(reg, &g, &v) else {
             continue;
         };

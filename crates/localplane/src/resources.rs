@@ -508,6 +508,17 @@ impl Registry {
         self.by_key.values()
     }
 
+    /// Every (group, version) some kind is served at, sorted, each once.
+    pub fn group_versions(&self) -> Vec<(String, String)> {
+        let mut gvs: Vec<(String, String)> = self
+            .all()
+            .flat_map(|d| d.versions.iter().map(|v| (d.group.clone(), v.name.clone())))
+            .collect();
+        gvs.sort();
+        gvs.dedup();
+        gvs
+    }
+
     /// Groups in discovery order (core first, then alphabetically), each with its versions.
     pub fn groups(&self) -> BTreeMap<String, Vec<Arc<ResourceDef>>> {
         let mut out: BTreeMap<String, Vec<Arc<ResourceDef>>> = BTreeMap::new();

@@ -325,15 +325,8 @@ pub struct Op<'a> {
 /// manager's (taken from whoever owned them), removed fields are nobody's, and the manager's
 /// entry's time moves only if it set something.
 pub fn record_update(mut managed: Managed, old: &Value, new: &Value, op: &Op<'_>) -> Managed {
-    let Op {
-        ty,
-        id,
-        api_version,
-        endpoint,
-        now,
-    } = *op;
-    let mut cmp = walk::compare(old, new, ty);
-    cmp.retain_top(endpoint.keep());
+    let mut cmp = walk::compare(old, new, op.ty);
+    cmp.retain_top(op.endpoint.keep());
     // The operation is an anonymous manager first: every owner, the same-named one included,
     // gives up what it changed.
     let conflicts = conflicts_with_others(&managed, None, &cmp);
@@ -342,14 +335,14 @@ pub fn record_update(mut managed: Managed, old: &Value, new: &Value, op: &Op<'_>
     strip_meta(&mut mine);
     managed.drop_empty();
     if !mine.is_empty() {
-        let e = managed.0.entry(id.clone()).or_insert_with(|| Entry {
+        let e = managed.0.entry(op.id.clone()).or_insert_with(|| Entry {
             set: FieldSet::default(),
-            api_version: api_version.to_string(),
+            api_version: op.api_version.to_string(),
             time: None,
         });
         e.set = e.set.union(&mine);
-        e.api_version = api_version.to_string();
-        e.time = Some(now.to_string());
+        e.api_version = op.api_version.to_string();
+        e.time = Some(op.now.to_string());
     }
     managed.cap_updaters();
     managed
@@ -381,33 +374,26 @@ pub fn apply(
     op: &Op<'_>,
     force: bool,
 ) -> Result<Applied, ApplyError> {
-    let Op {
-        ty,
-        id,
-        api_version,
-        endpoint,
-        now,
-    } = *op;
-    let mut config_set = walk::to_set(config, ty).map_err(ApplyError::Typed)?;
-    config_set.retain_top(endpoint.keep());
-    let merged = walk::merge(Some(live), Some(config), ty).unwrap_or_else(|| json!({}));
-    let last = managed.0.get(id).map(|e| e.set.clone());
-    let previous_time = managed.0.get(id).and_then(|e| e.time.clone());
+    let mut config_set = walk::to_set(config, op.ty).map_err(ApplyError::Typed)?;
+    config_set.retain_top(op.endpoint.keep());
+    let merged = walk::merge(Some(live), Some(config), op.ty).unwrap_or_else(|| json!({}));
+    let last = managed.0.get(op.id).map(|e| e.set.clone());
+    let previous_time = managed.0.get(op.id).and_then(|e| e.time.clone());
     managed.0.insert(
-        id.clone(),
+        op.id.clone(),
         Entry {
             set: config_set,
-            api_version: api_version.to_string(),
+            api_version: op.api_version.to_string(),
             time: previous_time,
         },
     );
     let object = match &last {
-        Some(last) if !last.is_empty() => prune(&merged, &managed, last, ty),
+        Some(last) if !last.is_empty() => prune(&merged, &managed, last, op.ty),
         _ => merged,
     };
-    let mut cmp = walk::compare(live, &object, ty);
-    cmp.retain_top(endpoint.keep());
-    let conflicts = conflicts_with_others(&managed, Some(id), &cmp);
+    let mut cmp = walk::compare(live, &object, op.ty);
+    cmp.retain_top(op.endpoint.keep());
+    let conflicts = conflicts_with_others(&managed, Some(op.id), &cmp);
     if !force && !conflicts.is_empty() {
         return Err(ApplyError::Conflicts(
             conflicts
@@ -416,14 +402,14 @@ pub fn apply(
                 .collect(),
         ));
     }
-    take_from_others(&mut managed, Some(id), &conflicts, &cmp);
-    if let Some(e) = managed.0.get_mut(id) {
+    take_from_others(&mut managed, Some(op.id), &conflicts, &cmp);
+    if let Some(e) = managed.0.get_mut(op.id) {
         strip_meta(&mut e.set);
     }
     managed.drop_empty();
     let changed = object != *live;
-    if changed && let Some(e) = managed.0.get_mut(id) {
-        e.time = Some(now.to_string());
+    if changed && let Some(e) = managed.0.get_mut(op.id) {
+        e.time = Some(op.now.to_string());
     }
     Ok(Applied {
         object,
@@ -540,6 +526,13 @@ mod tests {
         o
     }
 
+    /// An apply of `spec` that must succeed.
+    fn applied(managed: &Managed, live: &Value, spec: Value, op: &Op<'_>, force: bool) -> Applied {
+        apply(managed.clone(), live, &with(spec), op, force)
+            .ok()
+            .expect("the apply succeeds")
+    }
+
     fn fields_of(m: &Managed, id: &ManagerId) -> Option<Value> {
         m.0.get(id).map(|e| e.set.to_fields_v1())
     }
@@ -596,28 +589,24 @@ mod tests {
         let ty = Ty::root(Some(&s));
         let a = ManagerId::new("a", Operation::Apply, "", "");
         let b = ManagerId::new("b", Operation::Apply, "", "");
-        let cfg1 = with(json!({"a": "1", "items": [{"name": "x", "v": "1"}, {"name": "y"}]}));
-        let r = apply(
-            Managed::default(),
+        let cfg1 = json!({"a": "1", "items": [{"name": "x", "v": "1"}, {"name": "y"}]});
+        let r = applied(
+            &Managed::default(),
             &json!({}),
-            &cfg1,
+            cfg1,
             &op(ty, &a, NOW),
             false,
-        )
-        .ok()
-        .unwrap();
+        );
         assert!(r.changed);
         let live = r.object.clone();
         // b applies the same value: shared, no conflict.
-        let r2 = apply(
-            r.managed.clone(),
+        let r2 = applied(
+            &r.managed,
             &live,
-            &with(json!({"a": "1"})),
+            json!({"a": "1"}),
             &op(ty, &b, LATER),
             false,
-        )
-        .ok()
-        .unwrap();
+        );
         assert!(!r2.changed);
         assert!(
             r2.managed.0.get(&b).unwrap().time.is_none(),
@@ -643,15 +632,13 @@ mod tests {
             "FieldManagerConflict"
         );
         // Forced, b takes it.
-        let forced = apply(
-            r2.managed.clone(),
+        let forced = applied(
+            &r2.managed,
             &live,
-            &with(json!({"a": "2"})),
+            json!({"a": "2"}),
             &op(ty, &b, LATER),
             true,
-        )
-        .ok()
-        .unwrap();
+        );
         assert_eq!(forced.object["spec"]["a"], "2");
         assert!(
             !forced.managed.0[&a]
@@ -659,15 +646,13 @@ mod tests {
                 .has(&[Pe::field("spec"), Pe::field("a")])
         );
         // a stops applying item y: removed, since nobody else owns it; x stays.
-        let r3 = apply(
-            forced.managed.clone(),
+        let r3 = applied(
+            &forced.managed,
             &forced.object,
-            &with(json!({"items": [{"name": "x", "v": "1"}]})),
+            json!({"items": [{"name": "x", "v": "1"}]}),
             &op(ty, &a, LATER),
             false,
-        )
-        .ok()
-        .unwrap();
+        );
         let names: Vec<&str> = r3.object["spec"]["items"]
             .as_array()
             .unwrap()

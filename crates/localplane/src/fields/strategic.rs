@@ -720,6 +720,17 @@ mod tests {
         &v["spec"]["template"]["spec"]
     }
 
+    /// A Deployment of [`manager`] alone, patched with `container` in its containers.
+    fn patch_manager(container: Value) -> Value {
+        let live = deployment(json!({"containers": [manager()]}));
+        patch(
+            DEPLOYMENT,
+            live,
+            deployment(json!({"containers": [container]})),
+        )
+        .unwrap()
+    }
+
     fn manager() -> Value {
         json!({
             "name": "manager",
@@ -753,19 +764,13 @@ mod tests {
 
     #[test]
     fn list_items_merge_by_their_merge_key_and_new_ones_go_first() {
-        let live = deployment(json!({"containers": [manager()]}));
-        let out = patch(
-            DEPLOYMENT,
-            live,
-            deployment(json!({"containers": [{
-                "name": "manager",
-                "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
-                // A port matches by containerPort alone, whatever its protocol says.
-                "ports": [{"containerPort": 8081, "name": "probe"}],
-                "args": ["--c"],
-            }]})),
-        )
-        .unwrap();
+        let out = patch_manager(json!({
+            "name": "manager",
+            "env": [{"name": "B", "value": "two"}, {"name": "C", "value": "3"}],
+            // A port matches by containerPort alone, whatever its protocol says.
+            "ports": [{"containerPort": 8081, "name": "probe"}],
+            "args": ["--c"],
+        }));
         let c = &pod_spec(&out)["containers"][0];
         assert_eq!(
             c["env"],
@@ -785,17 +790,11 @@ mod tests {
 
     #[test]
     fn set_element_order_orders_the_merged_list() {
-        let live = deployment(json!({"containers": [manager()]}));
-        let out = patch(
-            DEPLOYMENT,
-            live,
-            deployment(json!({"containers": [{
-                "name": "manager",
-                "$setElementOrder/env": [{"name": "B"}, {"name": "C"}, {"name": "A"}],
-                "env": [{"name": "C", "value": "3"}],
-            }]})),
-        )
-        .unwrap();
+        let out = patch_manager(json!({
+            "name": "manager",
+            "$setElementOrder/env": [{"name": "B"}, {"name": "C"}, {"name": "A"}],
+            "env": [{"name": "C", "value": "3"}],
+        }));
         let names: Vec<&str> = pod_spec(&out)["containers"][0]["env"]
             .as_array()
             .unwrap()

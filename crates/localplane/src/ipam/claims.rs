@@ -271,15 +271,18 @@ pub fn update(_ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()
     let o: IPClaim = typed(old)?;
     let n: IPClaim = typed(new)?;
     let mut errs = Vec::new();
-    let (was, now) = (&o.spec, &n.spec);
     let why = "a claim binds its allocation once, at creation";
-    errs.extend(FieldError::immutables([
-        ("className", was.class_name != now.class_name, why),
-        ("ipFamily", was.ip_family != now.ip_family, why),
-        ("prefixLength", was.prefix_length != now.prefix_length, why),
-        ("address", was.address != now.address, why),
-        ("scope", was.scope != now.scope, why),
-    ]));
+    errs.extend(FieldError::immutables(
+        &store::to_json(&o.spec),
+        &store::to_json(&n.spec),
+        [
+            ("className", why),
+            ("ipFamily", why),
+            ("prefixLength", why),
+            ("address", why),
+            ("scope", why),
+        ],
+    ));
     errs.extend(unsupported_reclaim_policy(&n.spec.reclaim_policy));
     errors::check(KIND, &name, errs)
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::ctx::Ctx;
 use super::errors::{self, FieldError, Result};
 use super::source::{self, Definition, MAX_CHAIN_DEPTH};
-use super::store::{ANNOTATION_DEFAULT_CLASS, CLASSES, key, name_of, typed};
+use super::store::{self, ANNOTATION_DEFAULT_CLASS, CLASSES, key, name_of, typed};
 
 const KIND: &str = "IPClass";
 
@@ -332,34 +332,32 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
         source::validate_reference(new, &n, &mut errs);
         return errors::check(KIND, &name, errs);
     }
-    let (was, now) = (&o.spec, &n.spec);
-    errs.extend(FieldError::immutables([
-        (
-            "ipFamily",
-            was.ip_family != now.ip_family,
-            "pools and allocations of this class are of this family",
-        ),
-        (
-            "parentClassName",
-            was.parent_class_name != now.parent_class_name,
-            "this class's pools were carved from the parent's",
-        ),
-        (
-            "uniqueWithin",
-            was.unique_within != now.unique_within,
-            "it defines the address spaces existing allocations live in",
-        ),
-        (
-            "poolPer",
-            was.pool_per != now.pool_per,
-            "it defines the identity of the pools this class has provisioned",
-        ),
-        (
-            "provisioner",
-            was.provisioner != now.provisioner,
-            "the pools of this class were provisioned by it",
-        ),
-    ]));
+    errs.extend(FieldError::immutables(
+        &store::to_json(&o.spec),
+        &store::to_json(&n.spec),
+        [
+            (
+                "ipFamily",
+                "pools and allocations of this class are of this family",
+            ),
+            (
+                "parentClassName",
+                "this class's pools were carved from the parent's",
+            ),
+            (
+                "uniqueWithin",
+                "it defines the address spaces existing allocations live in",
+            ),
+            (
+                "poolPer",
+                "it defines the identity of the pools this class has provisioned",
+            ),
+            (
+                "provisioner",
+                "the pools of this class were provisioned by it",
+            ),
+        ],
+    ));
     validate_own(&name, &n, &mut errs);
     if errs.is_empty() {
         validate_catalog(ctx, &name, &n, &mut errs)?;

@@ -5,6 +5,7 @@
 use egress_api::ipam::{GROUP, reasons};
 use kube::core::Status;
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
+use serde_json::Value;
 
 pub(crate) type Refusal = Box<Status>;
 pub(crate) type Result<T> = std::result::Result<T, Refusal>;
@@ -102,13 +103,18 @@ impl FieldError {
             format!("spec.{field} is immutable: {why}"),
         )
     }
-    /// An [`immutable`](Self::immutable) error for each `(field, changed, why)` whose field the
-    /// update changed.
-    pub fn immutables<'a>(fields: impl IntoIterator<Item = (&'a str, bool, &'a str)>) -> Vec<Self> {
+    /// An [`immutable`](Self::immutable) error for each `(field, why)` of a spec whose value an
+    /// update changed from `was` to `now`: both specs as their typed form serialises, so that a
+    /// field left out and one set to its empty value read alike.
+    pub fn immutables<'a>(
+        was: &Value,
+        now: &Value,
+        fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Vec<Self> {
         fields
             .into_iter()
-            .filter(|(_, changed, _)| *changed)
-            .map(|(field, _, why)| Self::immutable(field, why))
+            .filter(|(field, _)| was.get(field) != now.get(field))
+            .map(|(field, why)| Self::immutable(field, why))
             .collect()
     }
     /// The `field: Label: detail` text apimachinery puts in the message and in the cause.

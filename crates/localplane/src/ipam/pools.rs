@@ -292,29 +292,25 @@ pub fn update(ctx: &mut Ctx<'_, '_>, old: &Value, new: &mut Value) -> Result<()>
     let o: IPPool = typed(old)?;
     let n: IPPool = typed(new)?;
     let mut errs = Vec::new();
-    let (was, now) = (&o.spec, &n.spec);
-    errs.extend(FieldError::immutables([
-        (
-            "cidr",
-            was.cidr != now.cidr,
-            "a pool's range is fixed when it is created",
-        ),
-        (
-            "ipFamily",
-            was.ip_family != now.ip_family,
-            "a pool serves one address family for its whole life",
-        ),
-        (
-            "parentPoolRef",
-            was.parent_pool_ref != now.parent_pool_ref,
-            "a child pool's block was carved from this parent",
-        ),
-        (
-            "prefixLength",
-            was.prefix_length != now.prefix_length,
-            "a child pool's block was carved at this size",
-        ),
-    ]));
+    errs.extend(FieldError::immutables(
+        &store::to_json(&o.spec),
+        &store::to_json(&n.spec),
+        [
+            ("cidr", "a pool's range is fixed when it is created"),
+            (
+                "ipFamily",
+                "a pool serves one address family for its whole life",
+            ),
+            (
+                "parentPoolRef",
+                "a child pool's block was carved from this parent",
+            ),
+            (
+                "prefixLength",
+                "a child pool's block was carved at this size",
+            ),
+        ],
+    ));
     if o.spec.reservations != n.spec.reservations {
         errs.push(FieldError::forbidden(
             "spec.reservations",

@@ -12,7 +12,7 @@ use super::realm::Realm;
 use super::{IpamHooks, crds};
 use crate::hooks::{Caller, PlaneTxn, ResourceKey, StorageHooks};
 use crate::locks;
-use crate::plane::{DeleteOpts, Plane, Target, WriteOpts};
+use crate::plane::{DeleteOpts, Deletion, Plane, Target, WriteOpts};
 use crate::testing::{causes, has_cause};
 
 const PLATFORM: &str = "platform";
@@ -218,16 +218,14 @@ impl Ipam {
     }
 
     fn delete(&self, plural: &str, ns: Option<&str>, name: &str) -> Result<(), Status> {
-        self.plane
-            .delete(
-                &self.def(plural),
-                ns,
-                name,
-                &DeleteOpts::default(),
-                &self.caller,
-            )
-            .map(|_| ())
-            .map_err(|e| e.0)
+        let d = Deletion {
+            def: &self.def(plural),
+            ns,
+            name,
+            opts: &DeleteOpts::default(),
+            caller: &self.caller,
+        };
+        self.plane.delete(d).map(|_| ()).map_err(|e| e.0)
     }
 
     fn get(&self, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {

@@ -7,13 +7,14 @@ use kube::core::Status;
 use kube::core::response::{StatusDetails, StatusSummary};
 use serde_json::{Value, json};
 
+use super::group::WriteGuard;
 use super::read::{ListQuery, ListResult};
 use super::{Plane, crds};
 use crate::error::{ApiError, status_json};
 use crate::hooks::{Caller, ResourceKey, StorageHooks};
 use crate::meta;
 use crate::resources::ResourceDef;
-use crate::store::{Store, Txn, namespaces_key};
+use crate::store::{Txn, namespaces_key};
 
 /// Namespaces the apiserver's namespace-lifecycle admission never lets go.
 const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -31,6 +32,24 @@ pub(crate) struct DeleteOpts {
     pub late_commit: bool,
 }
 
+/// One DELETE as the plane takes it: the object it names, its options, and who asks.
+#[derive(Clone, Copy)]
+pub(crate) struct Deletion<'a> {
+    pub def: &'a Arc<ResourceDef>,
+    pub ns: Option<&'a str>,
+    pub name: &'a str,
+    pub opts: &'a DeleteOpts,
+    pub caller: &'a Caller,
+}
+
+/// What a DELETE starts from (see [`Plane::open_delete`]): the kind's hooks, the plane locked
+/// for writing, and the object as stored.
+pub(super) struct Opened<'p>(
+    pub Vec<Arc<dyn StorageHooks>>,
+    pub WriteGuard<'p>,
+    pub Arc<Value>,
+);
+
 impl Plane {
     /// DELETE: removes the object, or marks it deleting while finalizers remain. Answers with the
     /// object while it still exists, else a success Status.
@@ -42,14 +61,14 @@ impl Plane {
     ///
     /// A kind its service deletes in two writes ([`StorageHooks::deletes_in_two_steps`]) takes
     /// both here, one after the other, and answers with the object as the first left it.
-    pub(crate) fn delete(
-        &self,
-        def: &Arc<ResourceDef>,
-        ns: Option<&str>,
-        name: &str,
-        opts: &DeleteOpts,
-        caller: &Caller,
-    ) -> Result<Value, ApiError> {
+    pub(crate) fn delete(&self, d: Deletion<'_>) -> Result<Value, ApiError> {
+        let Deletion {
+            def,
+            name,
+            opts,
+            caller,
+            ..
+        } = d;
         let key = def.key();
         if key == namespaces_key() && IMMORTAL_NAMESPACES.contains(&name) {
             return Err(ApiError::forbidden(
@@ -60,16 +79,14 @@ impl Plane {
             ));
         }
         if self.deletes_in_two_steps(&key) {
-            let marked = self.mark_for_release(def, ns, name, opts, caller)?;
+            let marked = self.mark_for_release(d)?;
             if !opts.dry_run {
-                self.finish_release(def, ns, name, &marked, opts, caller)?;
+                self.finish_release(d, &marked)?;
             }
             return Ok(marked);
         }
-        let hooks = self.hooks_for(&key);
-        let mut guard = self.write();
+        let Opened(hooks, mut guard, old) = self.open_delete(d)?;
         let st = &mut *guard;
-        let old = self.stored_for_delete(&st.store, def, ns, name, opts)?;
         let mut txn = Txn::new(&mut st.store, &st.registry);
         let out = if key == namespaces_key() {
             let marked = mark_deleting(&mut txn, &key, &old, true);
@@ -105,24 +122,22 @@ impl Plane {
 }
 
 impl Plane {
-    /// The object a DELETE of `name` acts on, as stored now (404 when there is none), once the
-    /// preconditions of `opts` hold, where the kind reads them (Milo's IPClaim reads none).
-    pub(super) fn stored_for_delete(
-        &self,
-        store: &Store,
-        def: &ResourceDef,
-        ns: Option<&str>,
-        name: &str,
-        opts: &DeleteOpts,
-    ) -> Result<Arc<Value>, ApiError> {
-        let old = store
-            .get(&def.key(), ns.unwrap_or(""), name)
+    /// What a DELETE starts from: the hooks of its kind, the plane locked for writing, and the
+    /// object as stored now (404 when there is none) once the preconditions hold, where the kind
+    /// reads them (Milo's IPClaim reads none).
+    pub(super) fn open_delete(&self, d: Deletion<'_>) -> Result<Opened<'_>, ApiError> {
+        let key = d.def.key();
+        let hooks = self.hooks_for(&key);
+        let guard = self.write();
+        let old = guard
+            .store
+            .get(&key, d.ns.unwrap_or(""), d.name)
             .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
-        if self.reads_delete_preconditions(&def.key()) {
-            check_preconditions(def, name, &old, opts)?;
+            .ok_or_else(|| ApiError::not_found(&d.def.group, &d.def.plural, d.name))?;
+        if self.reads_delete_preconditions(&key) {
+            check_preconditions(d.def, d.name, &old, d.opts)?;
         }
-        Ok(old)
+        Ok(Opened(hooks, guard, old))
     }
 
     /// DELETE of a collection: every object the list's selectors match, each deleted as its own
@@ -151,7 +166,14 @@ impl Plane {
             let obj_ns = meta::str_at(obj, "/metadata/namespace");
             let name = meta::str_at(obj, "/metadata/name");
             let ns = def.namespaced.then_some(obj_ns);
-            match self.delete(def, ns, name, opts, caller) {
+            let d = Deletion {
+                def,
+                ns,
+                name,
+                opts,
+                caller,
+            };
+            match self.delete(d) {
                 Ok(out) => deleted.push(Arc::new(out)),
                 Err(e) if e.0.reason == "NotFound" => {}
                 Err(e) => {

@@ -27,7 +27,7 @@ use crate::resources::{Registry, ResourceDef};
 
 use crate::store::Store;
 
-pub(crate) use delete::DeleteOpts;
+pub(crate) use delete::{DeleteOpts, Deletion};
 pub use group::WriteGroup;
 pub(crate) use quota::parse_resource;
 pub(crate) use read::ListQuery;

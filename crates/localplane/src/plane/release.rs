@@ -13,9 +13,9 @@ use kube::core::Status;
 use serde_json::Value;
 
 use super::Plane;
-use super::delete::{DeleteOpts, check_preconditions};
+use super::delete::{DeleteOpts, Deletion, Opened, check_preconditions};
 use crate::error::ApiError;
-use crate::hooks::{Caller, ResourceKey, StorageHooks};
+use crate::hooks::{ResourceKey, StorageHooks};
 use crate::meta;
 use crate::resources::ResourceDef;
 use crate::store::Txn;
@@ -46,25 +46,16 @@ impl Plane {
     /// (again, for an object already marked: a retried delete writes it again, as Milo does).
     /// Answers with the marked object; a dry run answers with the object as stored and writes
     /// nothing.
-    pub(crate) fn mark_for_release(
-        &self,
-        def: &Arc<ResourceDef>,
-        ns: Option<&str>,
-        name: &str,
-        opts: &DeleteOpts,
-        caller: &Caller,
-    ) -> Result<Value, ApiError> {
-        let key = def.key();
-        let hooks = self.hooks_for(&key);
-        let mut guard = self.write();
+    pub(crate) fn mark_for_release(&self, d: Deletion<'_>) -> Result<Value, ApiError> {
+        let key = d.def.key();
+        let Opened(hooks, mut guard, old) = self.open_delete(d)?;
         let st = &mut *guard;
-        let old = self.stored_for_delete(&st.store, def, ns, name, opts)?;
         let mut marked = (*old).clone();
         for h in &hooks {
-            h.mark_for_release(caller, &key, &mut marked)
+            h.mark_for_release(d.caller, &key, &mut marked)
                 .map_err(ApiError::from)?;
         }
-        if opts.dry_run {
+        if d.opts.dry_run {
             return Ok((*old).clone());
         }
         let mut txn = Txn::new(&mut st.store, &st.registry);
@@ -76,15 +67,14 @@ impl Plane {
     /// The second write: the hooks release what the object holds, and it is removed. `marked` is
     /// what the first step wrote. A failure leaves the object as it is and answers in the
     /// service's words; so does finding nothing left (another delete finished it first).
-    pub(crate) fn finish_release(
-        &self,
-        def: &Arc<ResourceDef>,
-        ns: Option<&str>,
-        name: &str,
-        marked: &Value,
-        opts: &DeleteOpts,
-        caller: &Caller,
-    ) -> Result<(), ApiError> {
+    pub(crate) fn finish_release(&self, d: Deletion<'_>, marked: &Value) -> Result<(), ApiError> {
+        let Deletion {
+            def,
+            ns,
+            name,
+            opts,
+            caller,
+        } = d;
         let key = def.key();
         let hooks = self.hooks_for(&key);
         let mut guard = self.write();

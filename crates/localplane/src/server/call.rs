@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::faults::{Failure, FaultOutcome};
 use crate::hooks::Caller;
 use crate::metrics::InFlight;
-use crate::plane::{DeleteOpts, FieldValidation, Plane, Target, WriteOpts};
+use crate::plane::{DeleteOpts, Deletion, FieldValidation, Plane, Target, WriteOpts};
 use crate::resources::ResourceDef;
 use crate::shared::Shared;
 
@@ -63,6 +63,17 @@ impl Call {
         let mut opts = delete_opts(body, self.write_opts().dry_run)?;
         opts.late_commit = self.late_commit;
         Ok(opts)
+    }
+
+    /// The DELETE this call makes, with its `opts`.
+    pub fn deletion<'a>(&'a self, opts: &'a DeleteOpts) -> Deletion<'a> {
+        Deletion {
+            def: &self.def,
+            ns: self.path.namespace.as_deref(),
+            name: self.name(),
+            opts,
+            caller: &self.caller,
+        }
     }
 
     pub fn write_opts(&self) -> WriteOpts {

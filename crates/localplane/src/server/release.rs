@@ -7,6 +7,7 @@ use super::call::{Call, Count, LateFaults, Reply};
 use super::respond::ok_json;
 use crate::error::ApiError;
 use crate::faults::Failure;
+use crate::plane::Deletion;
 
 /// Runs both steps of the DELETE `call` and answers it; an after-apply fault replaces the answer
 /// once both landed, as for any request.
@@ -15,16 +16,10 @@ pub(super) async fn delete(count: &Count, call: &Call, body: &[u8], late: LateFa
         Ok(o) => o,
         Err(e) => return count.answer(Err(e)),
     };
-    let ns = call.path.namespace.clone();
-    let name = call.name().to_string();
-    let marked =
-        match call
-            .plane
-            .mark_for_release(&call.def, ns.as_deref(), &name, &opts, &call.caller)
-        {
-            Ok(m) => m,
-            Err(e) => return count.answer(Err(e)),
-        };
+    let marked = match call.plane.mark_for_release(call.deletion(&opts)) {
+        Ok(m) => m,
+        Err(e) => return count.answer(Err(e)),
+    };
     if opts.dry_run {
         return count.answer(Ok(ok_json(&marked)));
     }
@@ -34,26 +29,27 @@ pub(super) async fn delete(count: &Count, call: &Call, body: &[u8], late: LateFa
         return count.fail(Failure { status, ..f });
     }
     let released = if late.release_delay.is_zero() {
-        call.plane.finish_release(
-            &call.def,
-            ns.as_deref(),
-            &name,
-            &marked,
-            &opts,
-            &call.caller,
-        )
+        call.plane.finish_release(call.deletion(&opts), &marked)
     } else {
         count.shared.metrics.record_delayed_release(&count.plane);
         let (plane, def, caller) = (call.plane.clone(), call.def.clone(), call.caller.clone());
+        let (ns, name) = (call.path.namespace.clone(), call.name().to_string());
         let first = marked.clone();
         let delay = late.release_delay;
         // Spawned, not awaited in place: axum drops this handler when the client disconnects,
         // and the release must land anyway.
-        let late = tokio::spawn(async move {
+        let landing = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            plane.finish_release(&def, ns.as_deref(), &name, &first, &opts, &caller)
+            let d = Deletion {
+                def: &def,
+                ns: ns.as_deref(),
+                name: &name,
+                opts: &opts,
+                caller: &caller,
+            };
+            plane.finish_release(d, &first)
         });
-        late.await.unwrap_or_else(|e| {
+        landing.await.unwrap_or_else(|e| {
             Err(ApiError::new(
                 500,
                 "InternalError",

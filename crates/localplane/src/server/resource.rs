@@ -535,13 +535,7 @@ fn patch(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
 
 fn delete(call: &Call, body: &[u8]) -> Result<Response, ApiError> {
     let opts = call.delete_opts(body)?;
-    let out = call.plane.delete(
-        &call.def,
-        call.path.namespace.as_deref(),
-        call.name(),
-        &opts,
-        &call.caller,
-    )?;
+    let out = call.plane.delete(call.deletion(&opts))?;
     Ok(ok_json(&out))
 }
 
