@@ -51,7 +51,8 @@ pub(crate) type Work<'f> = Box<dyn FnOnce(&mut Ctx<'_, '_>) -> Result<()> + 'f>;
 pub(crate) trait Remote: Send + Sync {
     /// Runs `f` on `plane` and its index, for a claim of another project of the realm, from
     /// inside that project's write (whose hold on the write group it joins). What `f` changed
-    /// is kept when `keep` and `f` succeeded, and undone otherwise.
+    /// is kept when `keep` and `f` succeeded, and undone otherwise. Runs `f` once and answers as
+    /// it answered.
     fn run_boxed(&self, plane: &Plane, caller: &Caller, keep: bool, f: Work<'_>) -> Result<()>;
 }
 
