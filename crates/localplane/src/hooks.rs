@@ -66,14 +66,18 @@ pub trait StorageHooks: Send + Sync {
     /// Whether this hook governs the resource.
     fn handles(&self, res: &ResourceKey) -> bool;
 
-    /// May change `obj` (e.g. fill `status`) and write other objects.
+    /// May change `obj` (e.g. fill `status`) and write other objects. Allows every create unless
+    /// implemented.
     fn before_create(
         &self,
         txn: &mut dyn PlaneTxn,
         caller: &Caller,
         res: &ResourceKey,
         obj: &mut Value,
-    ) -> Result<(), Status>;
+    ) -> Result<(), Status> {
+        let _ = (txn, caller, res, obj);
+        Ok(())
+    }
 
     /// `new` is the object about to be stored (after the main-resource/status split was applied).
     /// Allows every update unless implemented.

@@ -65,16 +65,6 @@ impl StorageHooks for Landings {
         res.group == egress_api::ipam::GROUP && res.plural == "ipclaims"
     }
 
-    fn before_create(
-        &self,
-        _: &mut dyn PlaneTxn,
-        _: &Caller,
-        _: &ResourceKey,
-        _: &mut Value,
-    ) -> Result<(), Status> {
-        Ok(())
-    }
-
     fn before_delete(
         &self,
         _: &mut dyn PlaneTxn,
