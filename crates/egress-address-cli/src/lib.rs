@@ -1,12 +1,11 @@
 //! `egress-address`, the operator's tool. Imports point one way, down this list:
 //!
 //! ```text
-//! cli        the command line, exit codes
+//! cli     (the command line, exit codes)
 //!  ↓
-//! audit/     which address went where, orphaned claims and their release
-//!            (audit/verdict and audit/fleet are pure judgements, tested without a server)
-//!  ↓
-//! table      text tables
+//! audit   (which address went where, orphaned claims and their release; audit/verdict and
+//!  ↓       audit/fleet are pure judgements, tested without a server)
+//! table   (text tables)
 //! ```
 //!
 //! It links the controller's library for everything it judges and releases by (naming, the

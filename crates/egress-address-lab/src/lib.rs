@@ -5,13 +5,12 @@
 //! down this list:
 //!
 //! ```text
-//! cli                       the command line, exit codes
+//! cli                              (the command line, exit codes)
 //!  ↓
-//! demo  bench/  chaos/  conformance/   one folder or file per command (chaos/invariants judges
-//!                                      from store reads, tested on worlds with violations planted)
-//!  ↓
-//! fleet  cell               controller processes against the test world; which server is the
-//!                           cell (and the real one's install)
+//! bench, chaos, conformance, demo  (one folder or file per command; chaos/invariants judges
+//!  ↓                                from store reads, tested on worlds with violations planted)
+//! cell, fleet                      (which server is the cell, and the real one's install;
+//!                                   controller processes against the test world)
 //! ```
 //!
 //! The world itself (localplane with a cell, the platform project, IPAM and the shipped

@@ -1,9 +1,10 @@
 //! The egress address controller: gives every `EgressShard` of a cell its public IPv6 address,
 //! claimed from Milo IPAM, written once into the shard, and traceable to the record holding it.
 //!
-//! The folders are the architecture, and imports point one way (`tests/it/layers.rs` reads the
-//! source and fails on an import that points up, or on two files of a folder importing each
-//! other round a loop):
+//! The folders are the architecture, and imports point one way, down this picture of the
+//! `egress-address` line of docs/architecture.md's `layers` block
+//! (crates/egress-address-lab/tests/it/layers.rs reads the block, this picture and the source, and
+//! fails on an import that points up, or on sibling modules importing each other round a loop):
 //!
 //! ```text
 //! admin     (/live, /ready, /metrics; who may read it, over TLS)           servers

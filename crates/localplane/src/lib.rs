@@ -236,7 +236,7 @@
 //! review lists only the stored roles and the self reviews), constrained impersonation's
 //! `associated-node` mode (a ServiceAccount acting as its pod's node) never applies (identities
 //! carry no extras), nor does the apiserver's memory of which mode last worked for a caller, and
-//! identities carry no uid. `egress-address conformance`
+//! identities carry no uid. `egress-address-lab conformance`
 //! compares localplane with the real kube-apiserver request shape by request shape; its
 //! explained differences are in docs/testing.md. The cell has no `kube-public`
 //! or `kube-node-lease` namespaces, and `kube-system` holds nothing.
@@ -251,40 +251,35 @@
 //! every difference from the line production runs.
 
 // Layering. Imports between modules point down this list and never up, so no two modules (and
-// no two files) import each other; a folder's `mod.rs` only declares and re-exports its files.
+// no two files) import each other; the order is the `localplane` line of docs/architecture.md's
+// `layers` block, which a test reads with the source (crates/egress-address-lab/tests/it/layers.rs).
 //
 //   testing/    the one test world (World, WorldBuilder) the repository's tests, bench, chaos and
-//               demo share                                         -> ipam, app, plane, hooks,
-//                                                                     faults, config
-//   ipam/       Milo IPAM as StorageHooks; the builder's `ipam()`  -> app, plane, hooks
-//   app/        LocalPlane, its builder, serving it (Running)      -> server, shared, plane, store,
-//                                                                     kubeconfig, tls, ...
+//               demo share
+//   ipam/       Milo IPAM as StorageHooks; the builder's `ipam()`
+//   app/        LocalPlane, its builder, serving it (Running)
+//   proxy       the fault proxy in front of another API server
 //   server/     HTTP: routing, impersonation, one function per verb and the faults it gets, the
 //               reviews, responses, listening (and dropping a connection unanswered)
-//                                                                  -> admin, shared, watch, rbac,
-//                                                                     table, openapi, discovery,
-//                                                                     plane, faults, ...
-//   admin       /localplane/* endpoints                            -> shared, faults, plane, hooks
+//   admin       /localplane/* endpoints
 //   shared      the planes, identities, counters and faults a server shares
-//                                                                  -> plane, metrics, config, faults
-//   watch       watch streams                                      -> plane, store, selector
+//   watch       watch streams
 //   plane/      one control plane: mod (registry, hooks), read, write, delete, release
 //               (two-step deletes), quota, tally, group (planes whose writes reach into
 //               each other)
-//                                                                  -> store, resources, schema,
-//                                                                     selector, meta, fields
 //   fields/     field ownership (managedFields, server-side apply) and strategic merge
 //               patch, over one table of the built-in kinds' field markers
-//                                                                  -> resources, meta, error
-//   rbac, table, openapi, openapi_v2, discovery                    -> store, resources, kinds, meta
-//   store       objects, resourceVersions, history, transactions   -> resources, meta, hooks
-//   resources   the kinds a plane serves                           -> kinds, selector, hooks
+//   rbac, table, openapi_v2, discovery
+//   openapi     the OpenAPI v3 documents (v2 is built from them)
+//   store       objects, resourceVersions, history, transactions
+//   resources   the kinds a plane serves
 //   kinds/      what the apiserver knows of its built-in kinds: schemas, decoding, conversion,
-//               validation, field labels                           -> selector, meta, error
-//   schema, selector                                               -> hooks, meta, error, locks
-//   kubeconfig, config                                             -> config, faults
-//   metrics     request and injected-fault counters                -> faults
-//   faults, meta                                                   -> error, locks
+//               validation, field labels
+//   schema, selector
+//   kubeconfig
+//   config
+//   metrics     request and injected-fault counters
+//   faults, meta
 //   error, hooks, locks, tls                                       (leaves)
 //
 // Where new behaviour goes: a new verb or request parameter in server/resource.rs; a new rule for

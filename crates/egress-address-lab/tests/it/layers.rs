@@ -482,3 +482,65 @@ fn the_import_reader_expands_groups_and_resolves_relative_paths() {
         vec!["a".to_string()]
     );
 }
+
+/// The layers a crate's lib.rs draws (a ```text picture of module names, `↓` between layers), if
+/// it draws them: each layer line names its modules before a `(` or a wide gap; an indented
+/// line goes on describing the one above.
+fn drawn_layers(lib_rs: &str) -> Option<Vec<BTreeSet<String>>> {
+    let start = lib_rs.find("//! ```text\n")? + "//! ```text\n".len();
+    let picture = &lib_rs[start..];
+    let picture = &picture[..picture.find("//! ```")?];
+    if !picture.contains('↓') {
+        return None;
+    }
+    let mut layers = Vec::new();
+    for line in picture.lines() {
+        let line = line.trim_start_matches("//!");
+        let line = line.strip_prefix(' ').unwrap_or(line);
+        if line.trim_start().starts_with('↓') || line.starts_with(' ') || line.is_empty() {
+            continue;
+        }
+        let end = [line.find('('), line.find("  ")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(line.len());
+        layers.push(
+            line[..end]
+                .split(',')
+                .map(|n| n.trim().trim_end_matches('/').to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
+        );
+    }
+    Some(layers)
+}
+
+#[test]
+fn the_picture_a_crate_draws_of_its_layers_is_the_written_rule() {
+    let written = written_layers();
+    let mut drawn_any = 0;
+    for dir in std::fs::read_dir(root().join("crates")).unwrap() {
+        let dir = dir.unwrap().path();
+        let Ok(lib) = std::fs::read_to_string(dir.join("src/lib.rs")) else {
+            continue;
+        };
+        let Some(drawn) = drawn_layers(&lib) else {
+            continue;
+        };
+        drawn_any += 1;
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let rule: Vec<BTreeSet<String>> = written[&name]
+            .iter()
+            .map(|l| l.iter().cloned().collect())
+            .collect();
+        assert_eq!(
+            drawn, rule,
+            "crates/{name}/src/lib.rs draws other layers than docs/architecture.md's block"
+        );
+    }
+    assert!(
+        drawn_any >= 3,
+        "the controller, the tool and the lab draw their layers"
+    );
+}

@@ -6,7 +6,6 @@ mod compaction;
 mod events;
 mod invariants;
 mod lapse;
-mod layers;
 mod metrics_auth;
 mod milo;
 mod observe;
