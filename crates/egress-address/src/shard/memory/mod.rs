@@ -11,7 +11,7 @@
 //! whose claims still have to be released.
 //!
 //! Memory is bounded by live shards plus deletions not yet released: a standby drops the
-//! deletions the leader reports released (see [`Releases::drop_released_through`]), so it does
+//! deletions the leader reports released (see [`Releases::drop_released`]), so it does
 //! not grow with churn.
 
 use std::collections::{HashMap, VecDeque};
