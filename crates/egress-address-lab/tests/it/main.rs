@@ -25,3 +25,4 @@ mod layers;
 mod manifests;
 mod paused_release;
 mod real_install;
+mod rooms;
