@@ -49,7 +49,8 @@ const INCARNATION_HEX_CHARS: usize = 16;
 /// may not).
 ///
 /// A namespace is a DNS label and holds no dot, so the split is unambiguous. Past 253 characters
-/// the name keeps its first 236 characters and ends in `.` plus 16 hex characters of
+/// the name keeps its first 236 characters (less a `-` or `.` it would end in, which no DNS
+/// label may) and ends in `.` plus 16 hex characters of
 /// sha256(`cell/namespace/name/uid`), so two long names sharing a prefix still differ; the cell
 /// and incarnation tags come first, so a shortened name keeps them whole.
 pub fn claim_name(cell: &str, shard_namespace: &str, shard_name: &str, uid: &str) -> String {
@@ -139,9 +140,16 @@ fn shorten(base: String, identity: &str) -> String {
     }
     let digest = Sha256::digest(identity.as_bytes());
     let hash = &hex::encode(digest)[..HASH_HEX_CHARS];
-    let keep = MAX_CLAIM_NAME_LENGTH - HASH_HEX_CHARS - 1;
-    // Object names are ASCII (DNS subdomains), so a byte cut is a character cut.
-    format!("{}.{hash}", &base[..keep])
+    let mut keep = MAX_CLAIM_NAME_LENGTH - HASH_HEX_CHARS - 1;
+    // The parts come from annotations a server answered with, which may hold any character:
+    // the cut falls where a character begins.
+    while !base.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    // What is kept ends a label: a trailing '-' or '.' would make the name no DNS subdomain
+    // (`...-.<hash>`, `...<dot><dot><hash>`), which the API refuses.
+    let kept = base[..keep].trim_end_matches(['-', '.']);
+    format!("{kept}.{hash}")
 }
 
 /// One incarnation of a shard of one cell: who a claim may belong to.

@@ -11,6 +11,7 @@ mod milo;
 mod observe;
 mod operations;
 mod orphans;
+mod properties;
 mod rbac;
 mod real_cell;
 mod real_invariants;
