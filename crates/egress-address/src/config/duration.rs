@@ -34,7 +34,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             _ => return Err(bad()),
         };
         rest = &rest[unit_len..];
-        total += Duration::from_secs_f64(value * scale);
+        // A value past what a Duration holds is refused, not a panic at startup.
+        let too_long = || format!("{text:?} is too long a duration");
+        let part = Duration::try_from_secs_f64(value * scale).map_err(|_| too_long())?;
+        total = total.checked_add(part).ok_or_else(too_long)?;
     }
     Ok(total)
 }
@@ -54,6 +57,11 @@ mod tests {
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         for bad in ["", "5", "s", "5x", "-5s", "5 s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        // Found by the fuzzer (fuzz/ durations, flags): these panicked.
+        for huge in ["99999999999999999999h", "1e400s", "5000000000000000h5000000000000000h"] {
+            let err = parse_duration(huge).unwrap_err();
+            assert!(err.contains("duration"), "{huge}: {err}");
         }
     }
 }

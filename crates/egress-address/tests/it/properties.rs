@@ -603,3 +603,43 @@ fn a_shortened_claim_name_never_ends_a_label_in_a_dash() {
         assert!(is_dns_subdomain(&derived), "{derived}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Cases the fuzzers found (fuzz/), replayed without the fuzzer
+
+/// Found by the `durations` and `flags` fuzz targets: a duration flag too large for a Duration
+/// (`--backoff-cap=99999999999999999999h`) panicked at startup instead of being refused.
+#[test]
+fn a_duration_flag_past_what_a_duration_holds_is_refused() {
+    use egress_address::config::args::{Args, BINARY};
+    use egress_address::config::duration::parse_duration;
+    for huge in ["99999999999999999999h", "5000000000000000h5000000000000000h"] {
+        let err = parse_duration(huge).unwrap_err();
+        assert!(err.contains("too long a duration"), "{huge}: {err}");
+        let flag = format!("-backoff-cap={huge}");
+        let refused = Args::try_parse_go_style([BINARY, flag.as_str()]).unwrap_err();
+        assert!(refused.to_string().contains("too long a duration"), "{refused}");
+    }
+}
+
+/// A claim read from IPAM whose annotations name a long shard of non-ASCII characters: judging
+/// whose it is derives its names, and the shortened name was cut inside a character (a panic).
+#[test]
+fn a_claim_marked_with_a_long_non_ascii_name_is_judged_without_a_panic() {
+    use egress_address::ipam::orphans::{Marks, marks};
+    let long = "é".repeat(150);
+    let mut claim = IPClaim::new("c", Default::default());
+    claim.metadata.annotations = Some(
+        [
+            (ANNOTATION_CELL, CELL),
+            (ANNOTATION_SHARD_UID, "u-1"),
+            (ANNOTATION_SHARD_NAMESPACE, "ns"),
+            (ANNOTATION_SHARD_NAME, long.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    assert_eq!(marks(&claim), Marks::Foreign);
+    assert!(whose(&claim, CELL, Vouch::None).is_err());
+}
