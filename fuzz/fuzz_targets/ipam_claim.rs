@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex};
 
 fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
     let status = fuzzing::status(u)?;
+    if let Some(body) = fuzzing::real(u, "ipam_answer")? {
+        return fuzzing::answer(u, status, body);
+    }
     let value = match u.int_in_range(0..=2)? {
         _ if !(200..300).contains(&status) => json::status(u, status)?,
         0 => json::allocation(u)?,

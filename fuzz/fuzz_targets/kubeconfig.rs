@@ -69,6 +69,9 @@ fn kubeconfig(u: &mut Unstructured<'_>, token_file: &str) -> arbitrary::Result<S
     if u.ratio(1, 6)? {
         return String::arbitrary(u);
     }
+    if let Some(real) = fuzzing::real(u, "kubeconfig")? {
+        return Ok(String::from_utf8_lossy(&real).into_owned());
+    }
     let server = text(u, SERVERS)?;
     let mut cluster = format!("    server: {server}\n");
     if u.ratio(1, 4)? {
@@ -130,7 +133,11 @@ fuzz_target!(|data: &[u8]| {
     let shown = message.replace(path.to_str().unwrap(), "");
     // The token file's content is a credential too, though the kubeconfig never shows it.
     secrets.push(token_text);
-    for secret in secrets.iter().filter(|s| s.len() >= 8) {
+    // A credential is made of token characters (a bearer token, base64 key data): a value of
+    // other characters (spaces, non-ASCII) under a credential key is no header's token, and the
+    // same text elsewhere in the file (a context's name) may rightly be quoted.
+    let token_like = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=_-.".contains(&b));
+    for secret in secrets.iter().filter(|s| s.len() >= 8 && token_like(s)) {
         if "read the kubeconfig : it is not a valid kubeconfig (YAML error at line , column )"
             .contains(secret.as_str())
         {

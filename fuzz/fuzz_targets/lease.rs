@@ -99,6 +99,9 @@ vec![
 
 fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
     let status = if u.ratio(2, 3)? { 200 } else { fuzzing::status(u)? };
+    if let Some(body) = fuzzing::real(u, "lease")? {
+        return fuzzing::answer(u, status, body);
+    }
     let value = if (200..300).contains(&status) { lease(u)? } else { json::status(u, status)? };
     let body = json::bytes(u, &value)?;
     fuzzing::answer(u, status, body)
@@ -150,7 +153,8 @@ fuzz_target!(|data: &[u8]| {
             seen.last_read = None;
             if sent.method == Method::GET
                 && let Some(a) = answer
-                && a.status == 200
+                && (200..300).contains(&a.status)
+                && !a.reset
                 && let Ok(lease) = serde_json::from_slice::<Lease>(&a.body)
             {
                 let rv = lease.metadata.resource_version.clone().unwrap_or_default();

@@ -62,11 +62,18 @@ fuzz_target!(|data: &[u8]| {
     }
     let lean = serde_json::from_slice::<ObjectList<WatchedShard>>(data);
     if let Ok(full) = serde_json::from_slice::<ObjectList<EgressShard>>(data) {
-        let lean = lean.as_ref().expect("the lean decoder reads what the full type reads");
-        assert_eq!(lean.items.len(), full.items.len());
-        assert_eq!(lean.metadata.continue_, full.metadata.continue_);
-        for (l, f) in lean.items.iter().zip(&full.items) {
-            agree(&l.0, f);
+        match &lean {
+            Ok(lean) => {
+                assert_eq!(lean.items.len(), full.items.len());
+                assert_eq!(lean.metadata.continue_, full.metadata.continue_);
+                for (l, f) in lean.items.iter().zip(&full.items) {
+                    agree(&l.0, f);
+                }
+            }
+            // A key twice in one object: the full type keeps the last, the lean decoder refuses
+            // the page, naming the field. No API server sends one (Go's encoder never writes it).
+            Err(e) if e.to_string().contains("duplicate field") => {}
+            Err(e) => panic!("the lean decoder refuses what the full type reads: {e}"),
         }
     }
     if let Ok(page) = &lean {

@@ -114,6 +114,9 @@ vec![
 
 fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
     let status = if u.ratio(3, 4)? { 201 } else { fuzzing::status(u)? };
+    if let Some(body) = fuzzing::real(u, "reviews")? {
+        return fuzzing::answer(u, status, body);
+    }
     let value = match (status, u.ratio(1, 2)?) {
         (200..=299, true) => token_review(u)?,
         (200..=299, false) => access_review(u)?,

@@ -58,6 +58,9 @@ vec![
 }
 
 fn event(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<u8>> {
+    if let Some(line) = fuzzing::real(u, "watch")? {
+        return Ok(line);
+    }
     let kind = json::text(u, &["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"])?;
     let object = match kind.as_str() {
         "ERROR" => {
@@ -82,8 +85,13 @@ vec![("type", json!(kind)), ("object", object)], u)?;
 
 fn list_answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
     let status = if u.ratio(4, 5)? { 200 } else { fuzzing::status(u)? };
-    let value = if status == 200 { page(u)? } else { json::status(u, status)? };
-    let body = json::bytes(u, &value)?;
+    let body = match fuzzing::real(u, "list_page")? {
+        Some(body) => body,
+        None => {
+            let value = if status == 200 { page(u)? } else { json::status(u, status)? };
+            json::bytes(u, &value)?
+        }
+    };
     fuzzing::answer(u, status, body)
 }
 

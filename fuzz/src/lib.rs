@@ -615,3 +615,34 @@ vec![
         Ok(out)
     }
 }
+
+/// Real answers recorded from localplane (`fuzz/record-seeds`), for the structured targets to
+/// serve now and then in place of a generated one: `kind` is a folder of `fuzz/recorded/` or of
+/// `fuzz/corpus/` (`ipam_answer`, `list_page`).
+pub fn recorded(kind: &str) -> &'static [Vec<u8>] {
+    static ALL: OnceLock<Mutex<std::collections::HashMap<String, &'static [Vec<u8>]>>> =
+        OnceLock::new();
+    let mut all = ALL.get_or_init(Default::default).lock().unwrap();
+    all.entry(kind.to_string()).or_insert_with(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut found = Vec::new();
+        for dir in [root.join("recorded").join(kind), root.join("corpus").join(kind)] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+            paths.sort();
+            found.extend(paths.iter().filter_map(|p| std::fs::read(p).ok()));
+        }
+        Vec::leak(found)
+    })
+}
+
+/// Now and then, one of the recorded answers of `kind` instead of a generated one.
+pub fn real(u: &mut Unstructured<'_>, kind: &str) -> arbitrary::Result<Option<Vec<u8>>> {
+    let answers = recorded(kind);
+    if answers.is_empty() || !u.ratio(1, 6)? {
+        return Ok(None);
+    }
+    Ok(Some(u.choose(answers)?.clone()))
+}
