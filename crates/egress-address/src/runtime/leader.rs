@@ -254,7 +254,9 @@ impl Elector {
             next_spec.acquire_time = Some(now.clone());
             next_spec.renew_time = Some(now);
             next_spec.lease_duration_seconds = Some(self.duration_secs());
-            next_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            // A lease that says i32::MAX transitions (found by the lease fuzz target) stays there.
+            next_spec.lease_transitions =
+                Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
         }
         self.stamp_releases(&mut next);
         match self.api.replace(&name, &write_params(), &next).await {

@@ -7,6 +7,7 @@ use std::net::Ipv6Addr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use egress_address::ipam::Ipam;
 use egress_address::ipam::address::{from_allocated_cidr, host_address, not_public_unicast};
 use egress_address::ipam::breaker::Breaker;
 use egress_address::ipam::claim::claim;
@@ -20,7 +21,6 @@ use egress_address::ipam::reasons::{
 };
 use egress_address::ipam::release::{Decision, LiveShard, Vouch, Whose, decide, judge, whose};
 use egress_address::ipam::spec::{ClaimRequest, desired_claim};
-use egress_address::ipam::Ipam;
 use egress_address::shard::decide::{self as shard_decide, ShardPatch};
 use egress_address::{Metrics, shard::CachedShard};
 use egress_api::ipam::{IPClaim, reasons};
@@ -613,12 +613,18 @@ fn a_shortened_claim_name_never_ends_a_label_in_a_dash() {
 fn a_duration_flag_past_what_a_duration_holds_is_refused() {
     use egress_address::config::args::{Args, BINARY};
     use egress_address::config::duration::parse_duration;
-    for huge in ["99999999999999999999h", "5000000000000000h5000000000000000h"] {
+    for huge in [
+        "99999999999999999999h",
+        "5000000000000000h5000000000000000h",
+    ] {
         let err = parse_duration(huge).unwrap_err();
         assert!(err.contains("too long a duration"), "{huge}: {err}");
         let flag = format!("-backoff-cap={huge}");
         let refused = Args::try_parse_go_style([BINARY, flag.as_str()]).unwrap_err();
-        assert!(refused.to_string().contains("too long a duration"), "{refused}");
+        assert!(
+            refused.to_string().contains("too long a duration"),
+            "{refused}"
+        );
     }
 }
 
@@ -642,4 +648,85 @@ fn a_claim_marked_with_a_long_non_ascii_name_is_judged_without_a_panic() {
     );
     assert_eq!(marks(&claim), Marks::Foreign);
     assert!(whose(&claim, CELL, Vouch::None).is_err());
+}
+
+/// Found by the `lease` fuzz target: taking over a lease that says `leaseTransitions: 2147483647`
+/// overflowed (a panic where overflow is checked, a negative count the API refuses elsewhere).
+#[test]
+fn a_lease_at_the_most_transitions_is_taken_over_without_overflow() {
+    use egress_address::config::LeaderElection;
+    use egress_address::runtime::{
+        activity::Activity, leader::Elector, readiness::Readiness, shared::Shared,
+        token::LeaderToken,
+    };
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lease = Bytes::from_static(
+        br#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"egress-address","namespace":"ns","resourceVersion":"1"},"spec":{"holderIdentity":"other","leaseDurationSeconds":0,"leaseTransitions":2147483647}}"#,
+    );
+    let written = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let seen = written.clone();
+    let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+        let (lease, seen) = (lease.clone(), seen.clone());
+        async move {
+            let put = req.method() == http::Method::PUT;
+            let body = http_body_util::BodyExt::collect(req.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let answer = if put {
+                seen.lock().unwrap().push(body.to_vec());
+                body
+            } else {
+                lease
+            };
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(answer))
+                    .unwrap(),
+            )
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = kube::Client::new(service, "ns");
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let ipam = Ipam::new(
+            client.clone(),
+            metrics.clone(),
+            std::time::Duration::from_secs(30),
+            Breaker::new(5, std::time::Duration::from_secs(1)),
+        );
+        let (store, _writer) = kube::runtime::reflector::store();
+        let shared = Shared::new(
+            store,
+            Arc::new(egress_address::shard::ShardMemory::new(metrics.clone())),
+            LeaderToken::elected(),
+            Arc::new(Readiness::new(ipam, metrics.clone())),
+            Arc::new(Activity::default()),
+            metrics,
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        let elector = Elector::new(
+            kube::Api::<Lease>::namespaced(client, "ns"),
+            LeaderElection::new("ns"),
+            "me".into(),
+            shared,
+        );
+        let run = tokio::spawn(elector.run(stop.clone()));
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        stop.cancel();
+        run.await.expect("the elector ran without a panic");
+    });
+    let written = written.lock().unwrap();
+    let taken: Lease =
+        serde_json::from_slice(written.first().expect("the lease was taken over")).unwrap();
+    let spec = taken.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("me"));
+    assert_eq!(spec.lease_transitions, Some(i32::MAX));
 }
