@@ -59,7 +59,11 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         // Found by the fuzzer (fuzz/ durations, flags): these panicked.
-        for huge in ["99999999999999999999h", "1e400s", "5000000000000000h5000000000000000h"] {
+        for huge in [
+            "99999999999999999999h",
+            "1e400s",
+            "5000000000000000h5000000000000000h",
+        ] {
             let err = parse_duration(huge).unwrap_err();
             assert!(err.contains("duration"), "{huge}: {err}");
         }
