@@ -63,6 +63,7 @@ pub async fn load_with(path: &Path, transport: Transport) -> Result<Config, Erro
         .await
         .map_err(|e| fail(e.to_string()))?;
     check_transport(&config, transport).map_err(fail)?;
+    check_token(&config).map_err(fail)?;
     if config.accept_invalid_certs {
         warn!(
             path = %path.display(),
@@ -70,6 +71,22 @@ pub async fn load_with(path: &Path, transport: Transport) -> Result<Config, Erro
         );
     }
     Ok(config)
+}
+
+/// Refuses a token no HTTP header may carry (a line break or another control character inside
+/// it): the HTTP stack below kube would panic building the client's Authorization header from it.
+fn check_token(config: &Config) -> Result<(), String> {
+    use secrecy::ExposeSecret;
+    let Some(token) = &config.auth_info.token else {
+        return Ok(());
+    };
+    match http::HeaderValue::from_str(&format!("Bearer {}", token.expose_secret())) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(
+            "the user's token holds a character no HTTP header may carry (a line break or another control character)"
+                .to_string(),
+        ),
+    }
 }
 
 /// Refuses a credential bound for another host over plain HTTP.
@@ -134,6 +151,7 @@ async fn inferred_cell_endpoint() -> Result<Endpoint, Error> {
     let config = Config::infer()
         .await
         .map_err(|e| Error::CellConfig(format!("no kubeconfig given and none found: {e}")))?;
+    check_token(&config).map_err(Error::CellConfig)?;
     let server = config.cluster_url.clone();
     let client = Client::try_from(config).map_err(|e| Error::CellConfig(e.to_string()))?;
     Ok(Endpoint::new(client, &server))
@@ -353,5 +371,18 @@ mod tests {
             Some((11, 19))
         );
         assert_eq!(position_in("nothing here"), None);
+    }
+
+    #[tokio::test]
+    async fn a_token_no_header_may_carry_is_refused_naming_the_file_not_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        // Found probing the endpoint's errors: building a client from this token panicked.
+        let user = "    token: \"abc\\ndefSECRETTOKENVALUE1234567890\"";
+        std::fs::write(&path, kubeconfig("https://127.0.0.1:1", user)).unwrap();
+        let err = load(&path).await.unwrap_err().to_string();
+        assert!(err.contains(path.to_str().unwrap()), "{err}");
+        assert!(err.contains("no HTTP header may carry"), "{err}");
+        assert!(!err.contains("SECRETTOKENVALUE"), "leaked the token: {err}");
     }
 }
