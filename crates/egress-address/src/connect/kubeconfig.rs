@@ -63,7 +63,12 @@ pub async fn load_with(path: &Path, transport: Transport) -> Result<Config, Erro
         .await
         .map_err(|e| fail(e.to_string()))?;
     check_transport(&config, transport).map_err(fail)?;
-    check_token(&config).map_err(fail)?;
+    // Its message holds no content of either file, only the token file's path, which a
+    // scrubbing of token-like runs would hide.
+    check_token(&config).map_err(|message| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    })?;
     if config.accept_invalid_certs {
         warn!(
             path = %path.display(),
@@ -74,18 +79,31 @@ pub async fn load_with(path: &Path, transport: Transport) -> Result<Config, Erro
 }
 
 /// Refuses a token no HTTP header may carry (a line break or another control character inside
-/// it): the HTTP stack below kube would panic building the client's Authorization header from it.
+/// it), inline or in the user's token file: the HTTP stack below kube would panic building the
+/// client's Authorization header from an inline one, and fail every request, naming nothing, with
+/// one read from the file (kube sends the file's bytes as they are, a final line break included).
+/// The file, once read here, is named; its content never is.
 fn check_token(config: &Config) -> Result<(), String> {
     use secrecy::ExposeSecret;
-    let Some(token) = &config.auth_info.token else {
-        return Ok(());
-    };
-    match http::HeaderValue::from_str(&format!("Bearer {}", token.expose_secret())) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(
-            "the user's token holds a character no HTTP header may carry (a line break or another control character)"
-                .to_string(),
+    let auth = &config.auth_info;
+    let (token, whose) = match (&auth.token, &auth.token_file) {
+        // The inline token has precedence over the file, as in kube.
+        (Some(token), _) => (
+            token.expose_secret().to_string(),
+            "the user's token".to_string(),
         ),
+        // A file that cannot be read is kube's to report: its error names the file.
+        (None, Some(file)) => match std::fs::read_to_string(file) {
+            Ok(token) => (token, format!("the user's token file {file:?}")),
+            Err(_) => return Ok(()),
+        },
+        (None, None) => return Ok(()),
+    };
+    match http::HeaderValue::from_str(&format!("Bearer {token}")) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "{whose} holds a character no HTTP header may carry (a line break or another control character)"
+        )),
     }
 }
 
@@ -384,5 +402,29 @@ mod tests {
         assert!(err.contains(path.to_str().unwrap()), "{err}");
         assert!(err.contains("no HTTP header may carry"), "{err}");
         assert!(!err.contains("SECRETTOKENVALUE"), "leaked the token: {err}");
+    }
+
+    #[tokio::test]
+    async fn a_token_file_no_header_may_carry_is_refused_naming_it_not_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        let token = dir.path().join("token");
+        for content in [
+            "SECRETTOKENVALUE1234567890\n",
+            "abc\rSECRETTOKENVALUE",
+            "SECRET\0TOKENVALUE",
+        ] {
+            std::fs::write(&token, content).unwrap();
+            let user = format!("    tokenFile: {}", token.display());
+            std::fs::write(&path, kubeconfig("https://127.0.0.1:1", &user)).unwrap();
+            let err = load(&path).await.unwrap_err().to_string();
+            assert!(err.contains(path.to_str().unwrap()), "{err}");
+            assert!(err.contains(token.to_str().unwrap()), "{err}");
+            assert!(err.contains("no HTTP header may carry"), "{err}");
+            assert!(!err.contains("SECRET"), "leaked the token: {err}");
+        }
+        // The same token without the control character is taken.
+        std::fs::write(&token, "SECRETTOKENVALUE1234567890").unwrap();
+        load(&path).await.unwrap();
     }
 }
