@@ -99,13 +99,19 @@ impl Store {
         self.tx.subscribe()
     }
 
-    /// Drops all history, so every watch resumed from a past resourceVersion gets 410, and so
-    /// does a list as of one.
+    /// Drops the history before the newest change, as etcd's compaction to its current revision
+    /// does: it keeps that revision, and a watch starts after its resourceVersion, so a watch
+    /// from just before the newest change still replays it; one resumed from any older
+    /// resourceVersion gets 410, and so does a list as of one.
     pub fn compact(&mut self) {
-        self.history.clear();
-        self.history_times.clear();
-        self.compacted_through = self.rv;
-        self.snapshot_floor = self.rv;
+        let newest = self.rv;
+        let keep = self.history.iter().filter(|e| e.rv == newest).count();
+        let drop = self.history.len() - keep;
+        self.history.drain(..drop);
+        self.history_times.drain(..drop);
+        let floor = if keep > 0 { newest - 1 } else { newest };
+        self.compacted_through = self.compacted_through.max(floor);
+        self.snapshot_floor = self.snapshot_floor.max(floor);
     }
 
     /// Keeps the watch window at `history_cap` events, and every event for as long as a
