@@ -94,11 +94,14 @@ pub(crate) struct Written {
 }
 
 /// Which request a body came with: the apiserver words decode failures differently for a body
-/// it decodes (create, update) and for the result of a patch.
+/// it decodes (create, update) and for the result of a patch; and a strict refusal of unknown
+/// fields differently for a JSON or merge patch (a 422 quoting the patched object) and for a
+/// strategic merge or apply patch (a 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Body {
     Object,
     Patched,
+    StrategicOrApplied,
 }
 
 /// The patch types. The server takes `Strategic` for built-in kinds only, as the apiserver does.
@@ -131,7 +134,7 @@ fn decode(
     body: Body,
 ) -> Result<Vec<String>, ApiError> {
     // The whole patched object is what failed to decode, so a patch's refusal quotes it.
-    let patched = (body == Body::Patched).then(|| obj.to_string());
+    let patched = (body != Body::Object).then(|| obj.to_string());
     let cannot_decode = |msg: String| match &patched {
         None => ApiError::bad_request(format!(
             "{kind} in version {version:?} cannot be handled as a {kind}: {msg}",
@@ -166,8 +169,8 @@ fn decode(
         FieldValidation::Strict => {
             let msg = format!("strict decoding error: {}", unknown.join(", "));
             Err(match body {
-                Body::Object => cannot_decode(msg),
-                Body::Patched => ApiError::bad_request(msg),
+                Body::Object | Body::Patched => cannot_decode(msg),
+                Body::StrategicOrApplied => ApiError::bad_request(msg),
             })
         }
     }
@@ -741,7 +744,11 @@ impl Plane {
         }
         let opts = if apply { &applied_opts } else { opts };
         check_type_meta(def, version, &mut new)?;
-        let warnings = decode(def, version, &mut new, opts, Body::Patched)?;
+        let body = match kind {
+            PatchKind::Json | PatchKind::Merge => Body::Patched,
+            _ => Body::StrategicOrApplied,
+        };
+        let warnings = decode(def, version, &mut new, opts, body)?;
         let new = def.to_storage(new);
         self.finish_update(&mut guard, t, old, new, caller, opts, warnings)
             .map(|w| (w, false))
