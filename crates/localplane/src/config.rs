@@ -23,6 +23,10 @@ pub struct Identity {
     /// Bypasses RBAC (like `system:masters`).
     #[serde(default)]
     pub admin: bool,
+    /// The user's uid, as a token file's third column gives it: reported by SelfSubjectReview
+    /// and TokenReview. None: the user has no uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 impl Identity {
@@ -34,6 +38,7 @@ impl Identity {
             user: None,
             groups: vec!["system:masters".into()],
             admin: true,
+            uid: None,
         }
     }
 
@@ -45,6 +50,7 @@ impl Identity {
             user: Some(user.into()),
             groups: vec![],
             admin: false,
+            uid: None,
         }
     }
 

@@ -175,6 +175,13 @@ impl ApiError {
         )
     }
 
+    /// go-restful's refusal of a body its route does not consume, as the apiserver passes it on:
+    /// the HTTP status line as the message, empty details.
+    pub fn route_unsupported_media_type() -> Self {
+        Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+            .with_details("", "", "")
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized")
     }

@@ -111,7 +111,8 @@ impl Store {
         self.history_times.drain(..drop);
         let floor = if keep > 0 { newest - 1 } else { newest };
         self.compacted_through = self.compacted_through.max(floor);
-        self.snapshot_floor = self.snapshot_floor.max(floor);
+        // A read as of an older revision than the one kept is compacted away, as in etcd.
+        self.snapshot_floor = self.snapshot_floor.max(newest);
     }
 
     /// Keeps the watch window at `history_cap` events, and every event for as long as a
@@ -133,7 +134,18 @@ impl Store {
             let outside = self.history.len() - self.history_cap - 1;
             self.compacted_through = self.compacted_through.max(self.history[outside].rv);
         }
-        self.compacted_through = self.compacted_through.max(self.snapshot_floor);
+        // A watch from just before the oldest readable revision still replays it while its
+        // change is kept.
+        let floor_kept = self
+            .history
+            .front()
+            .is_some_and(|e| e.rv == self.snapshot_floor);
+        let watch_floor = if floor_kept {
+            self.snapshot_floor.saturating_sub(1)
+        } else {
+            self.snapshot_floor
+        };
+        self.compacted_through = self.compacted_through.max(watch_floor);
     }
 
     /// Objects of a kind as they were at resourceVersion `at` (in key order, optionally within

@@ -10,13 +10,17 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// What a server answered: the status code, its `Warning` headers in order, and the body (JSON
-/// as sent; a watch as the array of its events; anything else as `{"text": ...}`).
+/// What a server answered: the status code, its `Warning` headers in order, the body (JSON as
+/// sent; a watch as the array of its events; anything else as `{"text": ...}`), and facts about
+/// the made-up values that blanking hides: how each resourceVersion orders against the ones
+/// before it (compared as they are, never blanked).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Answer {
     pub code: u16,
     pub warnings: Vec<String>,
     pub body: Value,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub facts: Value,
 }
 
 impl Answer {
@@ -46,19 +50,27 @@ pub struct Difference {
     pub path: String,
     pub local: String,
     pub real: String,
+    /// Pinned by the shape's explanation ([`super::explained`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub explained: bool,
 }
 
 const BLANK: &str = "<blank>";
+const TOO_OLD: &str = "too old resource version: ";
 
 /// The answer as it is compared: `{code, warnings, body}` with the made-up values blanked.
 pub fn normalise(answer: &Answer) -> Value {
     let mut body = answer.body.clone();
     blank(&mut body, None);
-    serde_json::json!({
+    let mut compared = serde_json::json!({
         "code": answer.code,
         "warnings": answer.warnings.iter().map(|w| blank_uuids(w)).collect::<Vec<_>>(),
         "body": body,
-    })
+    });
+    if !answer.facts.is_null() {
+        compared["facts"] = answer.facts.clone();
+    }
+    compared
 }
 
 /// Every difference between the two answers after [`normalise`]; empty when they agree.
@@ -75,6 +87,7 @@ fn blank(v: &mut Value, key: Option<&str>) {
                 blank_metadata(meta);
             }
             blank_table_age(map);
+            blank_reviewed_token(map);
             for (k, child) in map.iter_mut() {
                 blank(child, Some(k));
             }
@@ -83,6 +96,9 @@ fn blank(v: &mut Value, key: Option<&str>) {
         Value::String(s) => {
             let blanked = if key == Some("uid") && is_uuid(s) {
                 BLANK.to_string()
+            } else if s.starts_with(TOO_OLD) {
+                // A 410's message names two resourceVersions: made-up values.
+                blank_numbers(s)
             } else {
                 blank_uuids(s)
             };
@@ -144,6 +160,36 @@ fn blank_table_age(map: &mut Map<String, Value>) {
     }
 }
 
+/// A TokenReview carries the token it asks about back in its spec: each server issued its own.
+fn blank_reviewed_token(map: &mut Map<String, Value>) {
+    if map.get("kind").and_then(Value::as_str) != Some("TokenReview") {
+        return;
+    }
+    if let Some(token) = map.get_mut("spec").and_then(|s| s.get_mut("token"))
+        && token.as_str().is_some_and(|t| !t.is_empty())
+    {
+        *token = Value::String(BLANK.into());
+    }
+}
+
+/// `s` with every run of digits replaced by `<rv>`.
+fn blank_numbers(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut in_number = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                out.push_str("<rv>");
+            }
+            in_number = true;
+        } else {
+            out.push(c);
+            in_number = false;
+        }
+    }
+    out
+}
+
 fn is_uuid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     parts.len() == 5
@@ -200,6 +246,7 @@ fn diff(path: &str, local: &Value, real: &Value, out: &mut Vec<Difference>) {
                         path: p,
                         local: show(a),
                         real: show(b),
+                        explained: false,
                     }),
                 }
             }
@@ -213,6 +260,7 @@ fn diff(path: &str, local: &Value, real: &Value, out: &mut Vec<Difference>) {
                         path: p,
                         local: show(a),
                         real: show(b),
+                        explained: false,
                     }),
                 }
             }
@@ -226,6 +274,7 @@ fn diff(path: &str, local: &Value, real: &Value, out: &mut Vec<Difference>) {
             },
             local: show(Some(a)),
             real: show(Some(b)),
+            explained: false,
         }),
     }
 }
@@ -240,6 +289,7 @@ mod tests {
             code,
             warnings: vec![],
             body,
+            facts: Value::Null,
         }
     }
 
@@ -374,6 +424,38 @@ mod tests {
             .len(),
             2
         );
+    }
+
+    #[test]
+    fn a_too_old_message_is_compared_without_its_resource_versions() {
+        let gone = |m: &str| answer(200, json!([{"type": "ERROR", "object": {"message": m}}]));
+        assert_eq!(
+            differences(
+                &gone("too old resource version: 3 (128)"),
+                &gone("too old resource version: 6 (226)")
+            ),
+            vec![]
+        );
+        assert_eq!(
+            differences(
+                &gone("too old resource version: 3 (128)"),
+                &gone("too old resource version: 3")
+            )
+            .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn facts_are_compared_and_a_reviewed_token_is_not() {
+        let mut local = answer(201, json!({"kind": "TokenReview", "spec": {"token": "a"}}));
+        let mut real = answer(201, json!({"kind": "TokenReview", "spec": {"token": "b"}}));
+        assert_eq!(differences(&local, &real), vec![]);
+        local.facts = json!({"order": "after"});
+        real.facts = json!({"order": "same"});
+        let d = differences(&local, &real);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].path, ".facts.order");
     }
 
     #[test]

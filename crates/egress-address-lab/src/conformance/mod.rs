@@ -12,12 +12,13 @@
 
 pub mod compare;
 pub mod explained;
+pub mod scenarios;
 pub mod shapes;
+pub mod side;
 
 use std::io::Write;
 use std::path::Path;
 
-use http_body_util::BodyExt;
 use localplane::Identity as LocalIdentity;
 use localplane::testing::{ADMIN, World, workspace_root};
 use realcell::{Identity as RealIdentity, RealCell};
@@ -25,7 +26,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use compare::{Answer, Difference, differences};
-use shapes::{JSON, SYSTEM_NAMESPACE, Shape, Who};
+use scenarios::Scenario;
+use shapes::{SYSTEM_NAMESPACE, Shape, Who};
+use side::{History, Request, Side};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConformanceArgs {
@@ -183,7 +186,12 @@ impl Report {
                 writeln!(out, "  why it stays: {why}")?;
             }
             for d in &r.differences {
-                writeln!(out, "  {}: localplane {}, real {}", d.path, d.local, d.real)?;
+                let mark = if d.explained { " (explained)" } else { "" };
+                writeln!(
+                    out,
+                    "  {}: localplane {}, real {}{mark}",
+                    d.path, d.local, d.real
+                )?;
             }
         }
         for id in &self.stale_explanations {
@@ -199,11 +207,16 @@ impl Report {
 /// The command: exit 0 when every difference is explained, 1 when one is not, 2 when it could
 /// not run.
 pub async fn main(args: &ConformanceArgs) -> u8 {
+    let wanted = |id: &str| args.only.as_deref().is_none_or(|o| id.contains(o));
     let shapes: Vec<Shape> = shapes::catalogue()
         .into_iter()
-        .filter(|s| args.only.as_deref().is_none_or(|o| s.id.contains(o)))
+        .filter(|s| wanted(s.id))
         .collect();
-    let report = match run(shapes).await {
+    let scenarios: Vec<Scenario> = scenarios::catalogue()
+        .into_iter()
+        .filter(|s| wanted(s.id))
+        .collect();
+    let report = match run(shapes, scenarios).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("Error: {e}");
@@ -236,10 +249,12 @@ pub async fn main(args: &ConformanceArgs) -> u8 {
 }
 
 /// Starts both servers, prepares them alike, replays `shapes` on both and compares.
-pub async fn run(shapes: Vec<Shape>) -> Result<Report, Error> {
+pub async fn run(shapes: Vec<Shape>, scenarios: Vec<Scenario>) -> Result<Report, Error> {
     let config = workspace_root().join("config");
-    let real_cell = RealCell::start().await?;
-    let result = run_on(&real_cell, &config, shapes).await;
+    // ConfigMaps without the watch cache: their continued lists and watches come from etcd, so
+    // an etcd compaction reaches them (seq-configmaps-continue-compacted).
+    let real_cell = RealCell::start_with(&["--watch-cache-sizes=configmaps#0"]).await?;
+    let result = run_on(&real_cell, &config, shapes, scenarios).await;
     let stopped = real_cell.stop().await;
     let report = result?;
     stopped?;
@@ -253,7 +268,12 @@ const LOCAL_CONTROLLER: &str = "conformance-controller";
 const LOCAL_OPERATOR: &str = "conformance-operator";
 const NOBODY_TOKEN: &str = "a-token-nobody-issued";
 
-async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Result<Report, Error> {
+async fn run_on(
+    real_cell: &RealCell,
+    config: &Path,
+    shapes: Vec<Shape>,
+    scenarios: Vec<Scenario>,
+) -> Result<Report, Error> {
     real_cell
         .install_crds(&config.join("crd/network.datumapis.com_egressshards.yaml"))
         .await?;
@@ -267,12 +287,18 @@ async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Resu
                 format!("system:serviceaccounts:{SYSTEM_NAMESPACE}"),
             ],
             admin: false,
+            // The test control plane's token file gives each identity the uid
+            // `testcluster-<name>`; the same credential here.
+            uid: Some("testcluster-controller".into()),
         })
-        .identity(LocalIdentity::user(
-            LOCAL_OPERATOR,
-            &format!("{LOCAL_OPERATOR}-token"),
-            "operator",
-        ))
+        .identity(LocalIdentity {
+            uid: Some("testcluster-operator".into()),
+            ..LocalIdentity::user(
+                LOCAL_OPERATOR,
+                &format!("{LOCAL_OPERATOR}-token"),
+                "operator",
+            )
+        })
         .rbac(true)
         .object("cell", operator_view_role())
         .object("cell", operator_view_binding())
@@ -287,6 +313,13 @@ async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Resu
             controller: world.client("cell", LOCAL_CONTROLLER),
             operator: world.client("cell", LOCAL_OPERATOR),
             nobody: nobody(world.lp().http_config("cell", ADMIN))?,
+            operator_token: format!("{LOCAL_OPERATOR}-token"),
+            history: History::Local(
+                world
+                    .lp()
+                    .plane("cell")
+                    .ok_or_else(|| Error::Local("no cell plane".into()))?,
+            ),
         };
         let real = Side {
             name: "real",
@@ -294,6 +327,8 @@ async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Resu
             controller: real_cell.client(RealIdentity::Controller).await?,
             operator: real_cell.client(RealIdentity::Operator).await?,
             nobody: nobody(real_config(real_cell).await?)?,
+            operator_token: token_of(&real_cell.kubeconfig(RealIdentity::Operator))?,
+            history: History::Real(real_cell),
         };
         let ns = format!("conformance-{}", short_id());
         let starting_state = starting_state(config, &ns)?;
@@ -307,9 +342,30 @@ async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Resu
                 name: shape.id.to_string(),
                 rv: String::new(),
                 uid: String::new(),
+                operator_token: String::new(),
             };
-            let (l, r) = tokio::join!(local.replay(&shape, &vars), real.replay(&shape, &vars));
-            rows.push(row(&shape, l?, r?));
+            let (l, r) = tokio::join!(replay(&local, &shape, &vars), replay(&real, &shape, &vars));
+            rows.push(Row::new(
+                shape.id,
+                shape.from,
+                shape.who,
+                shape.method,
+                shape.request_line(),
+                l?,
+                r?,
+            ));
+        }
+        for scenario in scenarios {
+            let (l, r) = tokio::join!(scenario.play(&local, &ns), scenario.play(&real, &ns));
+            rows.push(Row::new(
+                scenario.id,
+                scenario.from,
+                scenario.who,
+                "SEQ",
+                scenario.summary.to_string(),
+                l?,
+                r?,
+            ));
         }
         Ok::<_, Error>(rows)
     }
@@ -320,7 +376,7 @@ async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Resu
         .iter()
         .filter(|e| {
             rows.iter()
-                .any(|r| r.id == e.shape && r.verdict == Verdict::Same)
+                .any(|r| r.id == e.shape && !r.differences.iter().any(|d| d.explained))
         })
         .map(|e| e.shape)
         .collect();
@@ -330,30 +386,59 @@ async fn run_on(real_cell: &RealCell, config: &Path, shapes: Vec<Shape>) -> Resu
     })
 }
 
-fn row(shape: &Shape, local: Answer, real: Answer) -> Row {
-    let diffs = differences(&local, &real);
-    let why = explained::why(shape.id);
-    let verdict = match (diffs.is_empty(), why) {
-        (true, _) => Verdict::Same,
-        (false, Some(_)) => Verdict::Explained,
-        (false, None) => Verdict::Differs,
-    };
-    Row {
-        id: shape.id,
-        from: shape.from,
-        who: shape.who,
-        method: shape.method,
-        request: shape.request_line(),
-        local,
-        real,
-        differences: diffs,
-        verdict,
-        why: if verdict == Verdict::Explained {
-            why
+impl Row {
+    /// The row of one shape: its answers compared, each difference marked explained where the
+    /// shape's explanation pins its path.
+    fn new(
+        id: &'static str,
+        from: &'static str,
+        who: Who,
+        method: &'static str,
+        request: String,
+        local: Answer,
+        real: Answer,
+    ) -> Row {
+        let explanation = explained::of(id);
+        let mut diffs = differences(&local, &real);
+        for d in &mut diffs {
+            d.explained = explanation.is_some_and(|e| e.covers(d));
+        }
+        let verdict = if diffs.is_empty() {
+            Verdict::Same
+        } else if diffs.iter().all(|d| d.explained) {
+            Verdict::Explained
         } else {
-            None
-        },
+            Verdict::Differs
+        };
+        Row {
+            id,
+            from,
+            who,
+            method,
+            request,
+            local,
+            real,
+            differences: diffs,
+            verdict,
+            why: explanation
+                .filter(|_| verdict == Verdict::Explained)
+                .map(|e| e.why),
+        }
     }
+}
+
+/// The bearer token a kubeconfig of the test control plane holds.
+fn token_of(path: &Path) -> Result<String, Error> {
+    let fail = |message: String| Error::Config {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let doc: Value = serde_saphyr::from_str(&text).map_err(|e| fail(e.to_string()))?;
+    doc["users"][0]["user"]["token"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| fail("no users[0].user.token".into()))
 }
 
 /// A few random hex digits, so a run's namespace is its own on a shared control plane.
@@ -409,6 +494,14 @@ fn starting_state(config: &Path, ns: &str) -> Result<Vec<Value>, Error> {
         |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
     let mut objects = vec![namespace(ns), namespace(SYSTEM_NAMESPACE)];
     objects.extend(shipped_rbac(&config.join("rbac"))?);
+    // Who may read the controller's /metrics is the installer's choice; the operator, here.
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "conformance:metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "egress-address-metrics-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "operator"}],
+    }));
     Ok(objects)
 }
 
@@ -420,34 +513,6 @@ fn shipped_rbac(dir: &Path) -> Result<Vec<Value>, Error> {
     })
 }
 
-/// Where an object of a kind the shapes create is POSTed.
-fn collection_path(object: &Value) -> Option<String> {
-    let api_version = object["apiVersion"].as_str()?;
-    let kind = object["kind"].as_str()?;
-    let plural = match kind {
-        "Namespace" => "namespaces",
-        "ConfigMap" => "configmaps",
-        "ServiceAccount" => "serviceaccounts",
-        "Lease" => "leases",
-        "Event" => "events",
-        "EgressShard" => "egressshards",
-        "Role" => "roles",
-        "RoleBinding" => "rolebindings",
-        "ClusterRole" => "clusterroles",
-        "ClusterRoleBinding" => "clusterrolebindings",
-        _ => return None,
-    };
-    let root = if api_version == "v1" {
-        "/api/v1".to_string()
-    } else {
-        format!("/apis/{api_version}")
-    };
-    Some(match object["metadata"]["namespace"].as_str() {
-        Some(ns) => format!("{root}/namespaces/{ns}/{plural}"),
-        None => format!("{root}/{plural}"),
-    })
-}
-
 /// The values a shape's templates are filled with.
 #[derive(Debug, Clone)]
 struct Vars {
@@ -455,6 +520,8 @@ struct Vars {
     name: String,
     rv: String,
     uid: String,
+    /// The operator's bearer token on the server the shape goes to.
+    operator_token: String,
 }
 
 impl Vars {
@@ -464,6 +531,7 @@ impl Vars {
             .replace("{name}", &self.name)
             .replace("{rv}", &self.rv)
             .replace("{uid}", &self.uid)
+            .replace("{operator-token}", &self.operator_token)
     }
 
     fn fill_value(&self, v: &Value) -> Value {
@@ -480,165 +548,67 @@ impl Vars {
     }
 }
 
-/// One server, with a client per identity.
-struct Side {
-    name: &'static str,
-    admin: kube::Client,
-    controller: kube::Client,
-    operator: kube::Client,
-    nobody: kube::Client,
+/// Sends `shape` to `side`: its setup, then the shape itself (a failed setup step is the
+/// answer), with the facts of its resourceVersion against the setup's last write.
+async fn replay(side: &Side<'_>, shape: &Shape, vars: &Vars) -> Result<Answer, Error> {
+    let mut vars = vars.clone();
+    vars.operator_token = side.operator_token.clone();
+    for object in &shape.setup {
+        let answer = side.create(&vars.fill_value(object), shape.id).await?;
+        if answer.code >= 300 {
+            return Ok(answer);
+        }
+        vars.rv = answer.body["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .into();
+        vars.uid = answer.body["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .into();
+    }
+    let mut uri = vars.fill(&shape.path);
+    if !shape.query.is_empty() {
+        uri = format!("{uri}?{}", vars.fill(shape.query));
+    }
+    let request = Request {
+        method: shape.method,
+        uri,
+        content_type: shape.content_type,
+        headers: &shape.headers,
+        body: shape
+            .body
+            .as_ref()
+            .map(|b| vars.fill_value(b).to_string().into_bytes()),
+        watch: shape.is_watch(),
+    };
+    let mut answer = side.send(shape.who, shape.id, request).await?;
+    answer.facts = rv_facts(shape, &vars.rv, &answer);
+    Ok(answer)
 }
 
-/// A request as sent: method, path with query, content type, extra headers, body.
-struct Request<'a> {
-    method: &'a str,
-    uri: String,
-    content_type: Option<&'a str>,
-    headers: &'a [(&'static str, &'static str)],
-    body: Option<Vec<u8>>,
-    watch: bool,
-}
-
-impl Side {
-    fn client(&self, who: Who) -> &kube::Client {
-        match who {
-            Who::Admin => &self.admin,
-            Who::Controller => &self.controller,
-            Who::Operator => &self.operator,
-            Who::Nobody => &self.nobody,
-        }
-    }
-
-    async fn prepare(&self, objects: &[Value]) -> Result<(), Error> {
-        for object in objects {
-            let what = format!(
-                "{} {}",
-                object["kind"].as_str().unwrap_or("?"),
-                object["metadata"]["name"].as_str().unwrap_or("?")
-            );
-            let answer = self.create(object, &what).await?;
-            // A namespace may be there already when the control plane is shared.
-            if answer.code >= 300 && answer.code != 409 {
-                return Err(Error::Prepare {
-                    side: self.name,
-                    what,
-                    code: answer.code,
-                    body: answer.body.to_string(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    async fn create(&self, object: &Value, what: &str) -> Result<Answer, Error> {
-        let uri = collection_path(object).ok_or_else(|| Error::Request {
-            side: self.name,
-            shape: what.into(),
-            message: "no collection path for its kind".into(),
-        })?;
-        self.send(
-            &self.admin,
-            what,
-            Request {
-                method: "POST",
-                uri,
-                content_type: Some(JSON),
-                headers: &[],
-                body: Some(object.to_string().into_bytes()),
-                watch: false,
-            },
-        )
-        .await
-    }
-
-    /// The shape's setup, then the shape itself; a failed setup step is the answer.
-    async fn replay(&self, shape: &Shape, vars: &Vars) -> Result<Answer, Error> {
-        let mut vars = vars.clone();
-        for object in &shape.setup {
-            let answer = self.create(&vars.fill_value(object), shape.id).await?;
-            if answer.code >= 300 {
-                return Ok(answer);
-            }
-            vars.rv = answer.body["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default()
-                .into();
-            vars.uid = answer.body["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .into();
-        }
-        let mut uri = vars.fill(&shape.path);
-        if !shape.query.is_empty() {
-            uri = format!("{uri}?{}", vars.fill(shape.query));
-        }
-        let request = Request {
-            method: shape.method,
-            uri,
-            content_type: shape.content_type,
-            headers: &shape.headers,
-            body: shape
-                .body
-                .as_ref()
-                .map(|b| vars.fill_value(b).to_string().into_bytes()),
-            watch: shape.is_watch(),
-        };
-        self.send(self.client(shape.who), shape.id, request).await
-    }
-
-    async fn send(
-        &self,
-        client: &kube::Client,
-        what: &str,
-        request: Request<'_>,
-    ) -> Result<Answer, Error> {
-        let fail = |message: String| Error::Request {
-            side: self.name,
-            shape: what.into(),
-            message,
-        };
-        let mut builder = http::Request::builder()
-            .method(request.method)
-            .uri(&request.uri);
-        if !request.headers.iter().any(|(k, _)| *k == "Accept") {
-            builder = builder.header("Accept", JSON);
-        }
-        for (k, v) in request.headers {
-            builder = builder.header(*k, *v);
-        }
-        if let Some(ct) = request.content_type {
-            builder = builder.header("Content-Type", ct);
-        }
-        let http_request = builder
-            .body(kube::client::Body::from(request.body.unwrap_or_default()))
-            .map_err(|e| fail(e.to_string()))?;
-        let response = client
-            .send(http_request)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        let code = response.status().as_u16();
-        let warnings = response
-            .headers()
-            .get_all("Warning")
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| fail(e.to_string()))?
-            .to_bytes();
-        Ok(Answer {
-            code,
-            warnings,
-            body: Answer::body_from(&bytes, request.watch),
-        })
-    }
+/// How the answer's resourceVersion orders against the setup's last write: a write after it, a
+/// read of the object the same, a list not older (the real server's own writes may come in
+/// between), an exact list the same. Null when either is missing.
+fn rv_facts(shape: &Shape, setup_rv: &str, answer: &Answer) -> Value {
+    let (Some(got), Ok(setup)) = (scenarios::rv(&answer.body), setup_rv.parse::<u64>()) else {
+        return Value::Null;
+    };
+    let list = answer.body["kind"]
+        .as_str()
+        .is_some_and(|k| k.ends_with("List") || k == "Table");
+    let exact = shape.query.contains("resourceVersionMatch=Exact");
+    let relation = if list && !exact {
+        scenarios::not_older(Some(got), Some(setup))
+    } else {
+        scenarios::order(Some(got), Some(setup))
+    };
+    json!({"resourceVersion against the setup's last write": relation})
 }
 
 #[cfg(test)]
 mod tests {
+    use super::side::collection_path;
     use super::*;
 
     #[test]
@@ -663,10 +633,13 @@ mod tests {
             name: "x".into(),
             rv: "7".into(),
             uid: "u".into(),
+            operator_token: "t".into(),
         };
         assert_eq!(
-            vars.fill_value(&json!({"a": ["{ns}/{name}", {"b": "{rv}{uid}{sys}"}], "c": 1})),
-            json!({"a": ["n/x", {"b": format!("7u{SYSTEM_NAMESPACE}")}], "c": 1})
+            vars.fill_value(
+                &json!({"a": ["{ns}/{name}", {"b": "{rv}{uid}{sys}{operator-token}"}], "c": 1})
+            ),
+            json!({"a": ["n/x", {"b": format!("7u{SYSTEM_NAMESPACE}t")}], "c": 1})
         );
     }
 
@@ -676,17 +649,19 @@ mod tests {
             code,
             warnings: vec![],
             body: Value::Null,
+            facts: Value::Null,
         };
-        let shape = |id| {
-            shapes::catalogue()
+        let row = |id: &'static str, local, real| {
+            let s = shapes::catalogue()
                 .into_iter()
                 .find(|s| s.id == id)
-                .unwrap()
+                .unwrap();
+            Row::new(s.id, s.from, s.who, s.method, s.request_line(), local, real)
         };
         let report = Report {
             rows: vec![
-                row(&shape("ctl-shard-get"), answer(200), answer(200)),
-                row(&shape("ctl-lease-get"), answer(200), answer(404)),
+                row("ctl-shard-get", answer(200), answer(200)),
+                row("ctl-lease-get", answer(200), answer(404)),
             ],
             stale_explanations: vec![],
         };

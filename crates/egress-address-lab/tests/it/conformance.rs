@@ -1,13 +1,13 @@
 //! localplane judged by the real kube-apiserver: every request shape of the catalogue replayed
 //! on both, and every difference either explained (docs/testing.md) or a failure.
 
-use egress_address_lab::conformance::{self, Verdict, shapes};
+use egress_address_lab::conformance::{self, Verdict, scenarios, shapes};
 
 #[tokio::test]
 async fn localplane_answers_every_request_shape_as_the_real_apiserver_does() {
     // The real control plane takes free ports as it starts: not while a fleet takes its own.
     let _turn = crate::common::one_fleet_at_a_time().await;
-    let report = conformance::run(shapes::catalogue())
+    let report = conformance::run(shapes::catalogue(), scenarios::catalogue())
         .await
         .expect("both servers start and answer");
     let mut table = Vec::new();
@@ -23,7 +23,12 @@ async fn localplane_answers_every_request_shape_as_the_real_apiserver_does() {
         "explained differences that no longer differ: {:?}\n{table}",
         report.stale_explanations
     );
-    assert_eq!(report.rows.len(), shapes::catalogue().len());
+    assert_eq!(
+        report.rows.len(),
+        shapes::catalogue().len() + scenarios::catalogue().len()
+    );
+    assert!(report.rows.len() >= 110, "{} shapes", report.rows.len());
+    assert!(report.explained() <= 5, "{table}");
     assert!(
         report
             .rows

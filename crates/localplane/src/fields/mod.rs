@@ -19,6 +19,7 @@ mod walk;
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, FieldError};
+use crate::kinds::{BuiltinKind, event};
 use crate::meta;
 use crate::resources::ResourceDef;
 pub(crate) use managed::Endpoint;
@@ -144,6 +145,16 @@ fn endpoint(def: &ResourceDef, status: bool) -> Endpoint {
 }
 
 /// Who wrote, through which endpoint, in which version.
+/// A stored Event as an events.k8s.io/v1 writer sent it, for its field set: the fields the
+/// typed object leaves unset (null when presented) are no one's.
+fn owned_shape(stored: &Value) -> Value {
+    let mut v = event::to_events_v1(stored);
+    if let Some(o) = v.as_object_mut() {
+        o.retain(|_, field| !field.is_null());
+    }
+    v
+}
+
 pub(crate) struct Writer<'a> {
     pub def: &'a ResourceDef,
     pub version: &'a str,
@@ -198,6 +209,20 @@ impl Writer<'_> {
                 zero = types::zero_object(&self.def.group, &self.def.kind);
                 &zero
             }
+        };
+        // The apiserver records the fields in the version the writer used: an Event written
+        // through events.k8s.io/v1 is owned in that shape, not the core one it is stored in.
+        let presented;
+        let (before, new) = match self.def.builtin {
+            Some(BuiltinKind::EventsV1Event) => {
+                let old_shape = match old {
+                    Some(o) => owned_shape(o),
+                    None => before.clone(),
+                };
+                presented = (old_shape, owned_shape(new));
+                (&presented.0, &presented.1)
+            }
+            _ => (before, new),
         };
         let (id, api_version, now) = (
             self.id(Operation::Update),

@@ -726,6 +726,7 @@ pub fn zero_object(group: &str, kind: &str) -> Value {
         ("authorization.k8s.io", "SelfSubjectAccessReview" | "SubjectAccessReview") => {
             json!({"spec": {}, "status": {}})
         }
+        ("authentication.k8s.io", "TokenReview") => json!({"spec": {}, "status": {"user": {}}}),
         ("apps", "Deployment") => json!({
             "spec": {"template": {"metadata": {}, "spec": {}}, "strategy": {}},
             "status": {},

@@ -121,6 +121,21 @@ impl BuiltinKind {
     }
 
     /// An object written in this kind's version, in the shape it is stored in.
+    /// Whether a PUT of an object that is not there creates it (the registry strategy's
+    /// `AllowCreateOnUpdate`).
+    pub fn creates_on_update(self) -> bool {
+        matches!(
+            self,
+            BuiltinKind::Event
+                | BuiltinKind::EventsV1Event
+                | BuiltinKind::Lease
+                | BuiltinKind::ClusterRole
+                | BuiltinKind::ClusterRoleBinding
+                | BuiltinKind::Role
+                | BuiltinKind::RoleBinding
+        )
+    }
+
     pub fn to_storage(self, obj: Value) -> Value {
         match self {
             BuiltinKind::Event => event::core_normalized(&obj),

@@ -30,6 +30,8 @@ pub(crate) struct DeleteOpts {
     /// The delete lands after it arrived (a delayed commit): the registry's check on arrival
     /// passed, so a mismatch now is the storage layer's to word.
     pub late_commit: bool,
+    /// The finalizer `propagationPolicy` asks for: `foregroundDeletion` or `orphan`.
+    pub propagation_finalizer: Option<&'static str>,
 }
 
 /// One DELETE as the plane takes it: the object it names, its options, and who asks.
@@ -101,6 +103,14 @@ impl Plane {
             }
             (*mark_deleting(&mut txn, &key, &old, false)).clone()
         } else {
+            // A foreground or orphaning delete is answered with the object marked deleting under
+            // the policy's finalizer; the garbage collector then finds no dependents (localplane
+            // keeps no owner graph) and lets it go: the watch sees both writes.
+            let marked = opts.propagation_finalizer.map(|f| {
+                let mut with = (*old).clone();
+                meta::meta_mut(&mut with).insert("finalizers".into(), json!([f]));
+                mark_deleting(&mut txn, &key, &with, false)
+            });
             for h in &hooks {
                 h.before_delete(&mut txn, caller, &key, &old)
                     .map_err(ApiError::from)?;
@@ -108,8 +118,18 @@ impl Plane {
             if crds::is_crd(def) {
                 crds::remove_objects(&mut txn, &old);
             }
-            txn.delete(&key, (*old).clone());
-            deleted_status(def, name, &old)
+            match marked {
+                Some(marked) => {
+                    let mut gone = (*marked).clone();
+                    meta::meta_mut(&mut gone).remove("finalizers");
+                    txn.delete(&key, gone);
+                    (*marked).clone()
+                }
+                None => {
+                    txn.delete(&key, (*old).clone());
+                    deleted_status(def, name, &old)
+                }
+            }
         };
         if !opts.dry_run {
             txn.commit();

@@ -30,7 +30,7 @@ use crate::store::Store;
 pub(crate) use delete::{DeleteOpts, Deletion};
 pub use group::WriteGroup;
 pub(crate) use quota::parse_resource;
-pub(crate) use read::ListQuery;
+pub(crate) use read::{ListQuery, invalid_rv_message};
 pub use tally::Tally;
 pub(crate) use write::{FieldValidation, PatchKind, Target, WriteOpts, Written, created_fields};
 

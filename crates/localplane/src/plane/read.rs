@@ -74,18 +74,26 @@ fn encode_continue(rv: Option<u64>, key: &ObjKey) -> String {
 
 fn decode_continue(token: &str, namespaced: bool) -> Result<(Option<u64>, ObjKey), ApiError> {
     use base64::Engine;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    // Go's base64.RawURLEncoding, which the apiserver decodes with: trailing bits are ignored.
+    const RAW_URL: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::URL_SAFE,
+        GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(DecodePaddingMode::RequireNone),
+    );
     let invalid = |why: &str| {
-        let mut m = "continue key is not valid".to_string();
+        let mut m = "invalid continue token: continue key is not valid".to_string();
         if !why.is_empty() {
             m.push_str(": ");
             m.push_str(why);
         }
         ApiError::bad_request(m)
     };
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+    let raw = RAW_URL
         .decode(token.trim_end_matches('='))
-        .map_err(|e| invalid(&e.to_string()))?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|e| invalid(&e.to_string()))?;
+        .map_err(|e| invalid(&go_base64_error(&e)))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| invalid(&go_json_error(&raw, &e)))?;
     if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
         return Err(invalid("server does not recognize this encoded key"));
     }
@@ -107,9 +115,74 @@ fn decode_continue(token: &str, namespaced: bool) -> Result<(Option<u64>, ObjKey
     Ok(((rv > 0).then_some(rv as u64), key))
 }
 
+/// Go's `base64.CorruptInputError` text for what the decoder refused.
+fn go_base64_error(e: &base64::DecodeError) -> String {
+    let at = match e {
+        base64::DecodeError::InvalidByte(at, _) | base64::DecodeError::InvalidLastSymbol(at, _) => {
+            *at
+        }
+        base64::DecodeError::InvalidLength(len) => *len,
+        base64::DecodeError::InvalidPadding => 0,
+    };
+    format!("illegal base64 data at input byte {at}")
+}
+
+/// encoding/json's syntax error where Go's decoder words it as Rust's does not: bytes that
+/// cannot begin a value, or nothing at all; otherwise serde's own words.
+fn go_json_error(raw: &[u8], e: &serde_json::Error) -> String {
+    match raw
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        None => "unexpected end of JSON input".into(),
+        Some(b) if !b"{[\"-0123456789tfn".contains(b) => {
+            format!(
+                "invalid character {} looking for beginning of value",
+                go_quote_char(*b)
+            )
+        }
+        Some(_) => e.to_string(),
+    }
+}
+
+/// encoding/json's `quoteChar`: a byte as Go quotes it in a syntax error (the byte taken as
+/// the rune of the same value).
+fn go_quote_char(b: u8) -> String {
+    match b {
+        b'\'' => r"'\''".into(),
+        b'"' => "'\"'".into(),
+        b'\\' => r"'\\'".into(),
+        0x07 => r"'\a'".into(),
+        0x08 => r"'\b'".into(),
+        0x0c => r"'\f'".into(),
+        b'\n' => r"'\n'".into(),
+        b'\r' => r"'\r'".into(),
+        b'\t' => r"'\t'".into(),
+        0x0b => r"'\v'".into(),
+        0x00..=0x1f | 0x7f => format!(r"'\x{b:02x}'"),
+        // Go's unicode.IsPrint: C1 controls, the no-break space and the soft hyphen are not.
+        0x80..=0xa0 | 0xad => format!(r"'\u{:04x}'", b),
+        _ => format!("'{}'", char::from(b)),
+    }
+}
+
 fn parse_rv(s: &str) -> Result<u64, ApiError> {
     s.parse::<u64>()
-        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
+        .map_err(|_| ApiError::bad_request(invalid_rv_message(s)))
+}
+
+/// The apiserver's words for a resourceVersion that is not a number: its field error, with
+/// strconv.ParseUint's reason.
+pub(crate) fn invalid_rv_message(s: &str) -> String {
+    let reason = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        "value out of range"
+    } else {
+        "invalid syntax"
+    };
+    format!(
+        "invalid resource version: resourceVersion: Invalid value: {s:?}: strconv.ParseUint: \
+         parsing {s:?}: {reason}"
+    )
 }
 
 /// `ListOptions` as the apiserver validates them, and the resourceVersion they ask for.
@@ -149,13 +222,14 @@ fn read_at(q: &ListQuery<'_>, namespaced: bool) -> Result<ReadAt, ApiError> {
         }
     }
     if let Some(c) = cont {
+        // The token is read first: a bad one is refused as such whatever else is asked.
+        let (at, key) = decode_continue(c, namespaced)?;
         if rv.is_some_and(|r| r != "0") {
             return Err(ApiError::bad_request(
                 "specifying resource version is not allowed when using continue",
             ));
         }
-        let (rv, key) = decode_continue(c, namespaced)?;
-        return Ok(ReadAt::Continue(rv, key));
+        return Ok(ReadAt::Continue(at, key));
     }
     let Some(rv) = rv.filter(|r| *r != "0") else {
         return Ok(ReadAt::Latest);

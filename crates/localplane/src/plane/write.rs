@@ -283,6 +283,24 @@ fn check_type_meta(def: &ResourceDef, version: &str, obj: &mut Value) -> Result<
         None | Some("") => {
             o.insert("kind".into(), json!(def.kind));
         }
+        // A custom resource's kind is checked as a field, and the refusal names the kind sent.
+        Some(k) if k != def.kind && def.custom => {
+            let name = o
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            return Err(ApiError::invalid(
+                &def.group,
+                k,
+                name,
+                &[FieldError::invalid(
+                    "kind",
+                    &json!(k),
+                    format!("must be {}", def.kind),
+                )],
+            ));
+        }
         Some(k) if k != def.kind => {
             return Err(ApiError::bad_request(format!(
                 "the kind in the data ({k}) does not match the expected kind ({})",
@@ -590,6 +608,17 @@ impl Plane {
             )));
         }
         let body_rv = meta::str_at(&obj, "/metadata/resourceVersion").to_string();
+        // A missing object is not found before its resourceVersion is asked for.
+        if body_rv.is_empty()
+            && require_rv
+            && self
+                .read()
+                .store
+                .get(&def.key(), ns.unwrap_or(""), name)
+                .is_none()
+        {
+            return Err(ApiError::not_found(&def.group, &def.plural, name));
+        }
         if body_rv.is_empty() && require_rv {
             // Worded as the custom resource storage words it: by plural, the value an integer.
             return Err(ApiError::invalid(

@@ -110,6 +110,11 @@ fn delete_opts(body: &[u8], dry_run: bool) -> Result<DeleteOpts, ApiError> {
     };
     opts.uid = precondition("uid");
     opts.resource_version = precondition("resourceVersion");
+    opts.propagation_finalizer = match v.get("propagationPolicy").and_then(Value::as_str) {
+        Some("Foreground") => Some("foregroundDeletion"),
+        Some("Orphan") => Some("orphan"),
+        _ => None,
+    };
     if v.get("dryRun")
         .and_then(Value::as_array)
         .is_some_and(|a| a.iter().any(|x| x == "All"))

@@ -28,7 +28,7 @@ impl Subject {
         Subject {
             user: identity.user_name().to_string(),
             groups: identity.all_groups(),
-            uid: String::new(),
+            uid: identity.uid.clone().unwrap_or_default(),
             extra: BTreeMap::new(),
             privileged: identity.admin,
         }

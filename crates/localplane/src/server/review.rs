@@ -108,38 +108,38 @@ fn invalid(def: &ResourceDef, errs: &[FieldError]) -> ApiError {
     ApiError::invalid(&def.group, &def.kind, "", errs)
 }
 
-/// Exactly one of `resourceAttributes` and `nonResourceAttributes`.
+/// Exactly one of `resourceAttributes` and `nonResourceAttributes`, as kube-apiserver 1.37
+/// words a review with neither or both: the whole spec is invalid, its value the internal
+/// non-resource attributes (nil, or the Go struct's fields by their Go names), and the storage
+/// names no kind (the decoded object's TypeMeta is empty).
 fn check_attributes(def: &ResourceDef, spec: &Value) -> Result<(), ApiError> {
     let r = spec.get("resourceAttributes").is_some_and(|v| !v.is_null());
-    let n = spec
-        .get("nonResourceAttributes")
-        .is_some_and(|v| !v.is_null());
-    if r == n {
-        let what = if r {
-            "cannot be specified in combination with resourceAttributes"
-        } else {
-            "exactly one of nonResourceAttributes or resourceAttributes must be specified"
-        };
-        let field = if r {
-            "spec.nonResourceAttributes"
-        } else {
-            "spec.resourceAttributes"
-        };
-        return Err(invalid(
-            def,
-            &[FieldError::invalid(
-                field,
-                &Value::String("null".into()),
-                what,
-            )],
-        ));
+    let n = spec.get("nonResourceAttributes").filter(|v| !v.is_null());
+    if r != n.is_some() {
+        return Ok(());
     }
-    Ok(())
+    let value = match n {
+        None => Value::Null,
+        Some(n) => {
+            let s = |k: &str| n.get(k).and_then(Value::as_str).unwrap_or("");
+            json!({"Path": s("path"), "Verb": s("verb")})
+        }
+    };
+    Err(ApiError::invalid(
+        &def.group,
+        "",
+        "",
+        &[FieldError::invalid(
+            "spec",
+            &value,
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )],
+    ))
 }
 
 /// Who `spec.token` is, as the apiserver's TokenReview storage answers: a 400 for no token; for a
-/// token no identity has, `authenticated` left out (false) and an empty `user`, as Go encodes the
-/// struct. localplane's tokens are static, and the apiserver's static tokens are audience-agnostic:
+/// token no identity has, `authenticated` left out (false), an empty `user` (as Go encodes the
+/// struct) and the authenticator's error. localplane's tokens are static, and the apiserver's static tokens are audience-agnostic:
 /// they hold for the API audiences, so a review naming only other audiences is not authenticated.
 fn token_review(shared: &Shared, spec: &Value) -> Result<Value, ApiError> {
     let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
@@ -163,12 +163,17 @@ fn token_review(shared: &Shared, spec: &Value) -> Result<Value, ApiError> {
     };
     let identity = shared.authenticate(token).filter(|_| !audiences.is_empty());
     Ok(match identity {
-        None => json!({"user": {}}),
-        Some(identity) => json!({
-            "authenticated": true,
-            "user": {"username": identity.user_name(), "groups": identity.all_groups()},
-            "audiences": audiences,
-        }),
+        // The token authenticator's own words for a token it does not hold (or not for these
+        // audiences).
+        None => json!({"user": {}, "error": "invalid bearer token"}),
+        Some(identity) => {
+            let mut user =
+                json!({"username": identity.user_name(), "groups": identity.all_groups()});
+            if let Some(uid) = &identity.uid {
+                user["uid"] = json!(uid);
+            }
+            json!({"authenticated": true, "user": user, "audiences": audiences})
+        }
     })
 }
 

@@ -260,6 +260,107 @@ pub(super) fn clients() -> Vec<Shape> {
         Shape::kubectl("kc-configmap-apply", "PATCH", CONFIGMAP)
             .query("fieldManager=kubectl&force=true")
             .body(APPLY, configmap(json!({"applied": "yes"}))),
+        // Content types: what each write accepts, and what none does.
+        Shape::kubectl("kc-configmap-create-yaml", "POST", CONFIGMAPS)
+            .body(YAML, configmap(json!({"from": "yaml"}))),
+        Shape::kubectl("kc-configmap-create-unsupported", "POST", CONFIGMAPS)
+            .body("application/xml", configmap(json!({}))),
+        Shape::kubectl("kc-configmap-patch-plain-json", "PATCH", CONFIGMAP)
+            .body(JSON, json!({"data": {"b": "2"}}))
+            .given(configmap(json!({"a": "1"}))),
+        Shape::kubectl("kc-shard-patch-text-plain", "PATCH", SHARD)
+            .body("text/plain", json!({"metadata": {"labels": {"team": "e"}}}))
+            .given(shard0()),
+        Shape::kubectl("kc-configmap-patch-text-plain", "PATCH", CONFIGMAP)
+            .body("text/plain", json!({"data": {"b": "2"}}))
+            .given(configmap(json!({"a": "1"}))),
+        Shape::kubectl("kc-shard-patch-plain-json", "PATCH", SHARD)
+            .body(JSON, json!({"metadata": {"labels": {"team": "e"}}}))
+            .given(shard0()),
+        Shape::kubectl("kc-configmap-merge-patch", "PATCH", CONFIGMAP)
+            .query("fieldManager=kubectl-patch")
+            .body(MERGE, json!({"data": {"b": "2", "a": null}}))
+            .given(configmap(json!({"a": "1"}))),
+        Shape::kubectl("kc-configmap-json-patch", "PATCH", CONFIGMAP)
+            .body(
+                JSON_PATCH,
+                json!([{"op": "replace", "path": "/data/a", "value": "9"}]),
+            )
+            .given(configmap(json!({"a": "1"}))),
+        Shape::kubectl("kc-configmap-replace", "PUT", CONFIGMAP)
+            .query("fieldManager=kubectl-replace")
+            .body(JSON, with_rv(configmap(json!({"v": "1"})), "{rv}"))
+            .given(configmap(json!({"v": "0"}))),
+        // Deletion, as kubectl and the tool ask for it.
+        Shape::kubectl("kc-shard-delete-foreground", "DELETE", SHARD)
+            .body(
+                JSON,
+                json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                       "propagationPolicy": "Foreground"}),
+            )
+            .given(shard0()),
+        Shape::kubectl("kc-shard-delete-dry-run", "DELETE", SHARD)
+            .query("dryRun=All")
+            .given(shard0()),
+        Shape::kubectl("kc-shards-delete-collection", "DELETE", SHARDS)
+            .query("labelSelector=doomed%3D{name}")
+            .given({
+                let mut s = shard0();
+                s["metadata"]["labels"] = json!({"doomed": "{name}"});
+                s
+            }),
+        // Writes that name the wrong thing.
+        Shape::kubectl("kc-shard-create-wrong-namespace", "POST", SHARDS).body(JSON, {
+            let mut s = shard0();
+            s["metadata"]["namespace"] = json!("elsewhere");
+            s
+        }),
+        Shape::kubectl("kc-shard-create-wrong-kind", "POST", SHARDS).body(JSON, {
+            let mut s = shard0();
+            s["kind"] = json!("EgressGateway");
+            s
+        }),
+        Shape::kubectl("kc-shard-update-missing", "PUT", SHARD).body(JSON, shard0()),
+        Shape::kubectl("kc-shard-update-name-mismatch", "PUT", SHARD)
+            .body(JSON, {
+                let mut s = with_rv(shard0(), "{rv}");
+                s["metadata"]["name"] = json!("someone-else");
+                s
+            })
+            .given(shard0()),
+        Shape::kubectl(
+            "kc-shard-status-merge-patch",
+            "PATCH",
+            &format!("{SHARD}/status"),
+        )
+        .body(
+            MERGE,
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+                    "reason": "Pending", "message": "waiting",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        )
+        .given(shard0()),
+        Shape::kubectl(
+            "kc-shards-list-missing-namespace",
+            "GET",
+            "/apis/network.datumapis.com/v1alpha1/namespaces/nowhere-{name}/egressshards",
+        ),
+        Shape::kubectl(
+            "kc-shard-create-missing-namespace",
+            "POST",
+            "/apis/network.datumapis.com/v1alpha1/namespaces/nowhere-{name}/egressshards",
+        )
+        .body(JSON, {
+            let mut s = shard0();
+            s["metadata"]["namespace"] = json!("nowhere-{name}");
+            s
+        }),
+        Shape::kubectl(
+            "kc-namespace-get-missing",
+            "GET",
+            "/api/v1/namespaces/nowhere-{name}",
+        ),
+        Shape::new("op-shard-get-forbidden", "cli", Operator, "GET", SHARD).given(shard0()),
         Shape::kubectl("kc-configmap-create-unknown-warn", "POST", CONFIGMAPS)
             .query("fieldValidation=Warn")
             .body(JSON, {

@@ -63,21 +63,31 @@ pub(super) fn controller() -> Vec<Shape> {
             "/api/v1/namespaces/default",
         ),
         Shape::controller("ctl-lease-get-missing", "GET", LEASE),
-        Shape::controller("ctl-lease-create", "POST", LEASES).body(JSON, lease("pod-a")),
+        Shape::controller("ctl-lease-create", "POST", LEASES)
+            .query(FIELD_MANAGER)
+            .body(JSON, lease("pod-a")),
         Shape::controller("ctl-lease-create-exists", "POST", LEASES)
             .body(JSON, lease("pod-b"))
             .given(lease("pod-a")),
         Shape::controller("ctl-lease-get", "GET", LEASE).given(lease("pod-a")),
         Shape::controller("ctl-lease-update", "PUT", LEASE)
+            .query(FIELD_MANAGER)
             .body(JSON, with_rv(lease("pod-b"), "{rv}"))
             .given(lease("pod-a")),
         Shape::controller("ctl-lease-update-stale", "PUT", LEASE)
+            .query(FIELD_MANAGER)
             .body(JSON, with_rv(lease("pod-b"), "1"))
             .given(lease("pod-a")),
         Shape::controller("ctl-lease-create-invalid", "POST", LEASES).body(JSON, bad_lease),
+        Shape::controller("ctl-lease-update-missing", "PUT", LEASE)
+            .query(FIELD_MANAGER)
+            .body(JSON, with_rv(lease("pod-b"), "1")),
         Shape::controller("ctl-lease-delete-forbidden", "DELETE", LEASE).given(lease("pod-a")),
-        Shape::controller("ctl-event-create", "POST", EVENTS).body(JSON, event()),
+        Shape::controller("ctl-event-create", "POST", EVENTS)
+            .query(FIELD_MANAGER)
+            .body(JSON, event()),
         Shape::controller("ctl-event-series-patch", "PATCH", EVENT)
+            .query(FIELD_MANAGER)
             .body(
                 MERGE,
                 json!({"series": {"count": 2,
@@ -86,6 +96,71 @@ pub(super) fn controller() -> Vec<Shape> {
             .given(event()),
         Shape::controller("ctl-event-create-invalid", "POST", EVENTS).body(JSON, bad_event),
         Shape::controller("ctl-events-list-forbidden", "GET", EVENTS),
+        // The controller's cache reads, by resourceVersion.
+        Shape::controller("ctl-shards-list-rv-0", "GET", SHARDS)
+            .query("resourceVersion=0&fieldSelector=metadata.name%3D{name}"),
+        Shape::controller("ctl-shards-list-not-older-than", "GET", SHARDS)
+            .query(
+                "resourceVersion={rv}&resourceVersionMatch=NotOlderThan\
+                 &fieldSelector=metadata.name%3D{name}",
+            )
+            .given(shard0()),
+        Shape::controller("ctl-shards-list-exact", "GET", SHARDS)
+            .query("resourceVersion={rv}&resourceVersionMatch=Exact&fieldSelector=metadata.name%3D{name}")
+            .given(shard0()),
+        Shape::controller("ctl-shards-list-exact-without-rv", "GET", SHARDS)
+            .query("resourceVersionMatch=Exact"),
+        Shape::controller("ctl-shards-list-exact-rv-0", "GET", SHARDS)
+            .query("resourceVersion=0&resourceVersionMatch=Exact"),
+        Shape::controller("ctl-shards-list-match-unknown", "GET", SHARDS)
+            .query("resourceVersion=1&resourceVersionMatch=Sometimes"),
+        Shape::controller("ctl-shards-list-continue-with-rv", "GET", SHARDS)
+            .query("limit=1&continue=abc&resourceVersion=5"),
+        Shape::controller("ctl-shards-list-rv-not-a-number", "GET", SHARDS)
+            .query("resourceVersion=abc&resourceVersionMatch=NotOlderThan"),
+        // What the metrics endpoint asks the cell about each new caller.
+        Shape::controller("ctl-token-review-operator", "POST", TOKEN_REVIEWS)
+            .body(JSON, token_review(json!({"token": "{operator-token}"}))),
+        Shape::controller("ctl-token-review-unknown", "POST", TOKEN_REVIEWS)
+            .body(JSON, token_review(json!({"token": "a-token-nobody-issued"}))),
+        Shape::controller("ctl-token-review-other-audience", "POST", TOKEN_REVIEWS).body(
+            JSON,
+            token_review(json!({"token": "{operator-token}",
+                                "audiences": ["https://elsewhere.example"]})),
+        ),
+        Shape::controller("ctl-token-review-empty", "POST", TOKEN_REVIEWS)
+            .body(JSON, token_review(json!({}))),
+        Shape::new("op-token-review-forbidden", "controller", Operator, "POST", TOKEN_REVIEWS)
+            .body(JSON, token_review(json!({"token": "{operator-token}"}))),
+        Shape::controller("ctl-sar-metrics-reader", "POST", SARS).body(
+            JSON,
+            metrics_review(json!({"user": "operator", "groups": ["system:authenticated"]})),
+        ),
+        Shape::controller("ctl-sar-metrics-stranger", "POST", SARS).body(
+            JSON,
+            metrics_review(json!({"user": "stranger", "groups": ["system:authenticated"]})),
+        ),
+        Shape::controller("ctl-sar-metrics-uid-and-extra", "POST", SARS).body(
+            JSON,
+            metrics_review(json!({
+                "user": "system:serviceaccount:monitoring:prometheus", "uid": "0000-1",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:monitoring",
+                           "system:authenticated"],
+                "extra": {"authentication.kubernetes.io/pod-name": ["prometheus-0"]}})),
+        ),
+        Shape::controller("ctl-shards-watch-rv-not-a-number", "GET", SHARDS)
+            .query("watch=true&resourceVersion=abc&timeoutSeconds=1"),
+        can_i_without_attributes(),
+        Shape::controller("ctl-sar-both-attributes", "POST", SARS).body(
+            JSON,
+            metrics_review(json!({"user": "operator", "resourceAttributes": {"verb": "get",
+                "resource": "configmaps", "namespace": "{ns}"}})),
+        ),
+        Shape::controller("ctl-sar-without-attributes", "POST", SARS).body(
+            JSON,
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                   "spec": {"user": "operator"}}),
+        ),
         Shape::new("ctl-whoami", "cli", Controller, "POST", SSR).body(
             JSON,
             json!({

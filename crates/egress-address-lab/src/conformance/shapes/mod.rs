@@ -44,6 +44,7 @@ pub const MERGE: &str = "application/merge-patch+json";
 pub const STRATEGIC: &str = "application/strategic-merge-patch+json";
 pub const APPLY: &str = "application/apply-patch+yaml";
 pub const JSON_PATCH: &str = "application/json-patch+json";
+pub const YAML: &str = "application/yaml";
 pub const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 pub const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
 
@@ -150,6 +151,10 @@ const NAMESPACES: &str = "/api/v1/namespaces";
 const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 const SSRR: &str = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
 const SSR: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const SARS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+/// The controller's writes name it as their field manager.
+const FIELD_MANAGER: &str = "fieldManager=egress-address-controller";
 
 /// A shard targeting a node, with more spec fields from `extra`.
 pub fn shard(extra: Value) -> Value {
@@ -162,6 +167,16 @@ pub fn shard(extra: Value) -> Value {
         "kind": "EgressShard",
         "metadata": {"name": "{name}", "namespace": "{ns}"},
         "spec": spec,
+    })
+}
+
+/// Shard `name` in namespace `ns`, targeting a node: what the scenarios make.
+pub fn shard_in(ns: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "network.datumapis.com/v1alpha1",
+        "kind": "EgressShard",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"targetRef": {"kind": "Node", "name": format!("node-{name}")}},
     })
 }
 
@@ -213,7 +228,8 @@ fn event() -> Value {
         "action": "AssignAddress", "reason": "AddressAssigned", "type": "Normal",
         "note": "assigned 2001:db8::1",
         "regarding": {"apiVersion": "network.datumapis.com/v1alpha1", "kind": "EgressShard",
-                      "namespace": "{ns}", "name": "shard-0"},
+                      "namespace": "{ns}", "name": "shard-0",
+                      "uid": "8d3e1a52-0c4b-4c1e-9d7a-2f6b5e4a3c21", "resourceVersion": "41"},
     })
 }
 
@@ -238,12 +254,39 @@ fn can_i(
         .body(JSON, access_review(verb, group, resource, namespace))
 }
 
+/// A SelfSubjectAccessReview asking about nothing.
+fn can_i_without_attributes() -> Shape {
+    Shape::new(
+        "ctl-can-i-without-attributes",
+        "kubectl",
+        Who::Controller,
+        "POST",
+        SSAR,
+    )
+    .body(
+        JSON,
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+               "spec": {}}),
+    )
+}
+
 fn access_review(verb: &str, group: &str, resource: &str, namespace: &str) -> Value {
     json!({
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
                                         "namespace": namespace}},
     })
+}
+
+/// A TokenReview of `spec`, as the metrics endpoint sends one for a caller's bearer token.
+fn token_review(spec: Value) -> Value {
+    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
+}
+
+/// Whether the subject of `spec` may get `/metrics`, as the metrics endpoint asks.
+fn metrics_review(mut spec: Value) -> Value {
+    spec["nonResourceAttributes"] = json!({"path": "/metrics", "verb": "get"});
+    json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
 }
 
 fn delete_options(preconditions: Value) -> Value {
@@ -289,7 +332,11 @@ mod tests {
             .collect();
         assert_eq!(
             watches,
-            ["ctl-shards-watch", "ctl-shards-watch-initial-events"]
+            [
+                "ctl-shards-watch",
+                "ctl-shards-watch-initial-events",
+                "ctl-shards-watch-rv-not-a-number"
+            ]
         );
     }
 }
