@@ -317,6 +317,10 @@ async fn continue_compacted(t: &mut Transcript<'_, '_>, ns: &str) -> Result<(), 
         .await?;
     let token = continue_of(&first.body).unwrap_or_default();
     t.fact("the first page has a continue token", !token.is_empty());
+    // A change after the first page, so the compaction passes its snapshot.
+    let later = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "c-9", "namespace": ns}});
+    t.create("create c-9", &later).await?;
     t.side.compact().await?;
     let after = t
         .get(
@@ -559,13 +563,16 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
     );
     let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases");
     let one = format!("{leases}/{name}");
-    let lease = |holder: &str, transitions: u32, rv: Option<&str>| {
+    // Each write a new renewTime, as each renewal is: an update that changes nothing would
+    // keep the resourceVersion.
+    let lease = |holder: &str, transitions: u32, second: u32, rv: Option<&str>| {
+        let renewed = format!("2026-01-01T00:00:{second:02}.000000Z");
         let mut l = json!({
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
                      "acquireTime": "2026-01-01T00:00:00.000000Z",
-                     "renewTime": "2026-01-01T00:00:00.000000Z",
+                     "renewTime": renewed,
                      "leaseTransitions": transitions},
         });
         if let Some(rv) = rv {
@@ -587,7 +594,7 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
                 "POST",
                 format!("{leases}?{manager}"),
                 JSON,
-                &lease("pod-a", 0, None),
+                &lease("pod-a", 0, 0, None),
             ),
         )
         .await?;
@@ -600,7 +607,7 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
                 "PUT",
                 format!("{one}?{manager}"),
                 JSON,
-                &lease("pod-a", 0, Some(&text(&read))),
+                &lease("pod-a", 0, 10, Some(&text(&read))),
             ),
         )
         .await?;
@@ -611,7 +618,7 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
             "PUT",
             format!("{one}?{manager}"),
             JSON,
-            &lease("pod-b", 1, Some(&text(&read))),
+            &lease("pod-b", 1, 20, Some(&text(&read))),
         ),
     )
     .await?;
@@ -623,7 +630,7 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
                 "PUT",
                 format!("{one}?{manager}"),
                 JSON,
-                &lease("pod-b", 1, Some(&text(&renewed))),
+                &lease("pod-b", 1, 30, Some(&text(&renewed))),
             ),
         )
         .await?;
@@ -636,7 +643,7 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
             "PATCH",
             format!("{one}?fieldManager=operator"),
             APPLY,
-            &lease("pod-c", 2, None),
+            &lease("pod-c", 2, 40, None),
         ),
     )
     .await?;
