@@ -37,6 +37,17 @@ pub const EXPLAINED: &[Explained] = &[
               get/list/watch/update, events create/patch, namespaces/kube-system get, leases \
               get/create/update in egress-address-system) are the same on both.",
     },
+    Explained {
+        shape: "seq-configmaps-watch-compacted",
+        paths: &[".body.steps[*].events[*].object.message"],
+        why: "both end the watch with an ERROR event of a 410 Expired Status; its message is worded \
+              by whichever layer served the watch: the apiserver's watch cache (`too old resource \
+              version: N (M)`, what localplane says for every resource, and what the controller's \
+              shard watch meets, the cache serving EgressShards: seq-shards-watch-too-old is the \
+              same on both) or etcd for a resource without a cache (`The resourceVersion for the \
+              provided watch is too old.`; the comparison's ConfigMaps). localplane has one \
+              history, so one wording; clients read the code and reason.",
+    },
 ];
 
 /// The explanation of `shape`, if it has one.

@@ -37,6 +37,7 @@ enum Play {
     LiveWatch,
     InitialEvents,
     WatchTooOld,
+    WatchCompacted,
     Lease,
 }
 
@@ -94,6 +95,13 @@ pub fn catalogue() -> Vec<Scenario> {
             Play::WatchTooOld,
         ),
         s(
+            "seq-configmaps-watch-compacted",
+            "python",
+            Who::Admin,
+            "POST, PATCH, compact, GET configmaps?watch&resourceVersion=<the create's>",
+            Play::WatchCompacted,
+        ),
+        s(
             "seq-lease-election",
             "controller",
             Who::Controller,
@@ -121,6 +129,7 @@ impl Scenario {
             Play::LiveWatch => live_watch(&mut t, &own("live").await?).await?,
             Play::InitialEvents => initial_events(&mut t, &own("initial").await?).await?,
             Play::WatchTooOld => watch_too_old(&mut t, ns).await?,
+            Play::WatchCompacted => watch_compacted(&mut t, &own("watch-compacted").await?).await?,
             Play::Lease => lease(&mut t, name).await?,
         }
         Ok(t.answer())
@@ -542,6 +551,47 @@ async fn watch_too_old(t: &mut Transcript<'_, '_>, ns: &str) -> Result<(), Error
                 "{}?watch=true&{}",
                 shards(ns),
                 param("resourceVersion", &old)
+            ),
+        )
+        .await?;
+    t.fact("the watch's status", watch.code);
+    let events = watch
+        .until(std::time::Duration::from_secs(10), |seen| !seen.is_empty())
+        .await;
+    t.steps
+        .push(json!({"step": "watch", "refusal": watch.refusal, "events": events}));
+    Ok(())
+}
+
+/// A watch from a resourceVersion etcd compacted away: ConfigMaps, which the real apiserver of
+/// the comparison serves from etcd, against localplane's own compaction.
+async fn watch_compacted(t: &mut Transcript<'_, '_>, ns: &str) -> Result<(), Error> {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "c", "namespace": ns}, "data": {"v": "0"}});
+    let made = t.create("create", &cm).await?;
+    let one = format!("/api/v1/namespaces/{ns}/configmaps/c");
+    t.send(
+        "patch",
+        Who::Admin,
+        Request::with_body("PATCH", one, MERGE, &json!({"data": {"v": "1"}})),
+    )
+    .await?;
+    let later = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "d", "namespace": ns}});
+    t.create("create d", &later).await?;
+    t.side.compact().await?;
+    let from = made.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut watch = t
+        .side
+        .watch(
+            Who::Admin,
+            t.id,
+            format!(
+                "/api/v1/namespaces/{ns}/configmaps?watch=true&{}",
+                param("resourceVersion", &from)
             ),
         )
         .await?;
