@@ -542,18 +542,17 @@ async fn watch_too_old(t: &mut Transcript<'_, '_>, ns: &str) -> Result<(), Error
         .unwrap_or("1")
         .to_string();
     t.side.compact().await?;
-    let mut watch = t
-        .side
-        .watch(
-            Who::Controller,
-            t.id,
-            format!(
-                "{}?watch=true&{}",
-                shards(ns),
-                param("resourceVersion", &old)
-            ),
-        )
-        .await?;
+    let uri = format!(
+        "{}?watch=true&{}",
+        shards(ns),
+        param("resourceVersion", &old)
+    );
+    first_event(t, Who::Controller, uri).await
+}
+
+/// Opens a watch expected to end at once, and records its status and first event.
+async fn first_event(t: &mut Transcript<'_, '_>, who: Who, uri: String) -> Result<(), Error> {
+    let mut watch = t.side.watch(who, t.id, uri).await?;
     t.fact("the watch's status", watch.code);
     let events = watch
         .until(std::time::Duration::from_secs(10), |seen| !seen.is_empty())
@@ -584,24 +583,11 @@ async fn watch_compacted(t: &mut Transcript<'_, '_>, ns: &str) -> Result<(), Err
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let mut watch = t
-        .side
-        .watch(
-            Who::Admin,
-            t.id,
-            format!(
-                "/api/v1/namespaces/{ns}/configmaps?watch=true&{}",
-                param("resourceVersion", &from)
-            ),
-        )
-        .await?;
-    t.fact("the watch's status", watch.code);
-    let events = watch
-        .until(std::time::Duration::from_secs(10), |seen| !seen.is_empty())
-        .await;
-    t.steps
-        .push(json!({"step": "watch", "refusal": watch.refusal, "events": events}));
-    Ok(())
+    let uri = format!(
+        "/api/v1/namespaces/{ns}/configmaps?watch=true&{}",
+        param("resourceVersion", &from)
+    );
+    first_event(t, Who::Admin, uri).await
 }
 
 /// Leader election as the controller runs it: create, read, renew with the resourceVersion
@@ -649,39 +635,21 @@ async fn lease(t: &mut Transcript<'_, '_>, name: &str) -> Result<(), Error> {
         )
         .await?;
     let read = t.get("get", Who::Controller, one.clone()).await?;
+    let put = |l: Value| Request::with_body("PUT", format!("{one}?{manager}"), JSON, &l);
     let renewed = t
         .send(
             "renew",
             Who::Controller,
-            Request::with_body(
-                "PUT",
-                format!("{one}?{manager}"),
-                JSON,
-                &lease("pod-a", 0, 10, Some(&text(&read))),
-            ),
+            put(lease("pod-a", 0, 10, Some(&text(&read)))),
         )
         .await?;
-    t.send(
-        "stale renewal",
-        Who::Controller,
-        Request::with_body(
-            "PUT",
-            format!("{one}?{manager}"),
-            JSON,
-            &lease("pod-b", 1, 20, Some(&text(&read))),
-        ),
-    )
-    .await?;
+    let stale = put(lease("pod-b", 1, 20, Some(&text(&read))));
+    t.send("stale renewal", Who::Controller, stale).await?;
     let taken = t
         .send(
             "takeover",
             Who::Controller,
-            Request::with_body(
-                "PUT",
-                format!("{one}?{manager}"),
-                JSON,
-                &lease("pod-b", 1, 30, Some(&text(&renewed))),
-            ),
+            put(lease("pod-b", 1, 30, Some(&text(&renewed)))),
         )
         .await?;
     // Who holds it now, as `kubectl apply --server-side` of the same object by an operator
