@@ -33,16 +33,6 @@ pub(crate) async fn handle(
             shared.faults.set(read_fault_config(body).await?);
             Ok(json!(shared.faults.get()))
         }
-        (&Method::GET, "planes") => {
-            let mut planes = vec!["cell".to_string()];
-            planes.extend(shared.project_names());
-            Ok(json!({"planes": planes}))
-        }
-        (&Method::POST, p) if p.starts_with("projects/") => {
-            let name = &p["projects/".len()..];
-            shared.add_project(name);
-            Ok(json!({"project": name}))
-        }
         (method, p) if p.starts_with("quotas/") => {
             quotas(shared, method, &p["quotas/".len()..], body).await
         }

@@ -59,8 +59,10 @@
 //!   delegates its authentication to the cluster (a secure metrics endpoint) sends;
 //! * request bodies in JSON, YAML, and protobuf for the built-in kinds kubectl's typed commands
 //!   send that way (`create namespace|role|rolebinding|clusterrole|clusterrolebinding|secret|
-//!   configmap|serviceaccount`, the reviews): client-go never falls back from protobuf to JSON
-//!   (only from CBOR), so refusing it would break them; other types are a 415;
+//!   configmap|serviceaccount`, and the reviews of `auth can-i` and `auth whoami`): client-go
+//!   never falls back from protobuf to JSON (only from CBOR), so refusing it would break them;
+//!   other types (a TokenReview or SubjectAccessReview in protobuf, which no client here sends)
+//!   are a 415;
 //! * request counters; fault injection, including the faults behind real races (below).
 //!
 //! # Use in tests
@@ -221,8 +223,8 @@
 //! * `GET /localplane/quotas/{project}`: the project's quotas, `{project, quotas: [{resource,
 //!   limit, used}]}`; `PUT|POST /localplane/quotas/{project}/{resource}` with `{"limit": N}` sets
 //!   one (`resource` as `ipclaims.ipam.miloapis.com`), `DELETE` lifts it.
-//! * `POST /localplane/projects/{name}`: add a project plane. `POST /localplane/compact/{plane}`:
-//!   drop a plane's watch history (resumed watches get 410 and relist). `GET /localplane/planes`.
+//! * `POST /localplane/compact/{plane}`: drop a plane's watch history (resumed watches get 410
+//!   and relist).
 //!
 //! # Differences from a real apiserver
 //!

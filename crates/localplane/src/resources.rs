@@ -158,13 +158,17 @@ impl ResourceDef {
         }
     }
 
-    /// Whether the apiserver keeps `metadata.generation` for the kind: custom resources, CRDs and
-    /// Deployments; the other built-ins served here (ConfigMap, Lease, Event, Namespace, ...) have
-    /// none, as the real apiserver showed.
+    /// Whether the apiserver keeps `metadata.generation` for the kind: custom resources, CRDs,
+    /// Deployments and NetworkPolicies; the other built-ins served here (ConfigMap, Lease, Event,
+    /// Namespace, Service, ...) have none, as the real apiserver showed.
     pub fn tracks_generation(&self) -> bool {
         matches!(
             self.builtin,
-            None | Some(BuiltinKind::Deployment) | Some(BuiltinKind::CustomResourceDefinition)
+            None | Some(
+                BuiltinKind::Deployment
+                    | BuiltinKind::NetworkPolicy
+                    | BuiltinKind::CustomResourceDefinition
+            )
         )
     }
 

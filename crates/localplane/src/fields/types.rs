@@ -727,8 +727,10 @@ pub fn zero_object(group: &str, kind: &str) -> Value {
             json!({"spec": {}, "status": {}})
         }
         ("authentication.k8s.io", "TokenReview") => json!({"spec": {}, "status": {"user": {}}}),
+        // A pod spec's `containers` is not `omitempty`: it is there (null) before a create
+        // adds its items, so the create owns the items, not the list.
         ("apps", "Deployment") => json!({
-            "spec": {"template": {"metadata": {}, "spec": {}}, "strategy": {}},
+            "spec": {"template": {"metadata": {}, "spec": {"containers": []}}, "strategy": {}},
             "status": {},
         }),
         _ => json!({}),

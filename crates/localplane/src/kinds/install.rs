@@ -10,16 +10,29 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{FieldError, FieldErrorKind};
 
-/// Go's `%#v` of a `map[string]string`.
-fn go_string_map(m: Option<&Map<String, Value>>) -> String {
-    let Some(m) = m else {
-        return "map[string]string(nil)".into();
-    };
-    let pairs: Vec<String> = m
-        .iter()
-        .map(|(k, v)| format!("{k:?}:{:?}", v.as_str().unwrap_or("")))
-        .collect();
-    format!("map[string]string{{{}}}", pairs.join(", "))
+/// A label map as kube-apiserver 1.37 quotes an invalid value: as JSON, `null` when unset.
+fn labels_value(m: Option<&Map<String, Value>>) -> String {
+    m.map_or_else(|| "null".into(), |m| Value::Object(m.clone()).to_string())
+}
+
+/// A container's defaults: resources, termination message, and the pull policy its image's tag
+/// implies (`Always` for `:latest` or no tag, else `IfNotPresent`).
+fn default_container(c: &mut Map<String, Value>) {
+    c.entry("resources").or_insert(json!({}));
+    c.entry("terminationMessagePath")
+        .or_insert(json!("/dev/termination-log"));
+    c.entry("terminationMessagePolicy").or_insert(json!("File"));
+    if let Some(image) = c.get("image").and_then(Value::as_str) {
+        let name = image.rsplit('/').next().unwrap_or(image);
+        let latest =
+            !image.contains('@') && name.split_once(':').is_none_or(|(_, t)| t == "latest");
+        let policy = if latest { "Always" } else { "IfNotPresent" };
+        c.entry("imagePullPolicy").or_insert(json!(policy));
+    }
+    let ports = c.get_mut("ports").and_then(Value::as_array_mut);
+    for p in ports.into_iter().flatten().filter_map(Value::as_object_mut) {
+        p.entry("protocol").or_insert(json!("TCP"));
+    }
 }
 
 /// Whether a label selector (`matchLabels`, `matchExpressions`) selects these labels.
@@ -54,6 +67,10 @@ fn selects(selector: &Value, labels: Option<&Map<String, Value>>) -> bool {
 
 /// The Deployment defaults `kubectl get` and `describe` show.
 pub fn default_deployment(d: &mut Value) {
+    // No controller writes a status, so it is the empty one the create gave it.
+    if let Some(o) = d.as_object_mut() {
+        o.entry("status").or_insert(json!({}));
+    }
     let Some(spec) = d.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -66,12 +83,27 @@ pub fn default_deployment(d: &mut Value) {
     }));
     // An EnvVar's `value` is `omitempty`: `value: ""` is not stored (so kubectl's client-side
     // apply of a manifest holding one patches it again on every apply, as on the real server).
-    let Some(pod) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) else {
+    let Some(pod) = spec
+        .get_mut("template")
+        .and_then(|t| t.get_mut("spec"))
+        .and_then(Value::as_object_mut)
+    else {
         return;
     };
+    // The pod defaults the apiserver fills in (and records as the creator's fields).
+    pod.entry("restartPolicy").or_insert(json!("Always"));
+    pod.entry("terminationGracePeriodSeconds")
+        .or_insert(json!(30));
+    pod.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
+    pod.entry("securityContext").or_insert(json!({}));
+    pod.entry("schedulerName")
+        .or_insert(json!("default-scheduler"));
     for list in ["initContainers", "containers"] {
         let containers = pod.get_mut(list).and_then(Value::as_array_mut);
         for c in containers.into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                default_container(c);
+            }
             let env = c.get_mut("env").and_then(Value::as_array_mut);
             for e in env.into_iter().flatten().filter_map(Value::as_object_mut) {
                 if e.get("value").and_then(Value::as_str) == Some("") {
@@ -102,7 +134,7 @@ pub fn validate_deployment(d: &Value) -> Vec<FieldError> {
     let mismatch = || FieldError {
         kind: FieldErrorKind::Invalid,
         field: "spec.template.metadata.labels".into(),
-        value: Some(go_string_map(labels)),
+        value: Some(labels_value(labels)),
         detail: "`selector` does not match template `labels`".into(),
     };
     match spec.get("selector") {
@@ -203,16 +235,6 @@ pub fn validate_service(s: &Value) -> Vec<FieldError> {
         return errs;
     };
     let ty = spec.get("type").and_then(Value::as_str).unwrap_or("");
-    if !SERVICE_TYPES.contains(&ty) {
-        errs.push(FieldError {
-            kind: FieldErrorKind::NotSupported,
-            field: "spec.type".into(),
-            value: Some(format!("{ty:?}")),
-            detail:
-                "supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""
-                    .into(),
-        });
-    }
     let ports = spec.get("ports").and_then(Value::as_array);
     let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
     if ports.is_none_or(|p| p.is_empty()) && ty != "ExternalName" && !headless {
@@ -228,6 +250,17 @@ pub fn validate_service(s: &Value) -> Vec<FieldError> {
                 "must be between 1 and 65535, inclusive",
             ));
         }
+    }
+    // The type is checked after the ports, as the apiserver orders its causes.
+    if !SERVICE_TYPES.contains(&ty) {
+        errs.push(FieldError {
+            kind: FieldErrorKind::NotSupported,
+            field: "spec.type".into(),
+            value: Some(format!("{ty:?}")),
+            detail:
+                "supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""
+                    .into(),
+        });
     }
     errs
 }
@@ -274,7 +307,7 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                r#"spec.template.metadata.labels: Invalid value: map[string]string{"app":"b"}: `selector` does not match template `labels`"#,
+                r#"spec.template.metadata.labels: Invalid value: {"app":"b"}: `selector` does not match template `labels`"#,
                 "spec.template.spec.containers[0].image: Required value",
             ]
         );
@@ -300,7 +333,7 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(msgs.len(), 2, "{msgs:?}");
-        assert_eq!(msgs[1], "spec.ports: Required value");
+        assert_eq!(msgs[0], "spec.ports: Required value");
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! `application/vnd.kubernetes.protobuf` request bodies, for the built-in kinds kubectl's typed
 //! commands send that way (`create namespace|role|rolebinding|clusterrole|clusterrolebinding|
-//! secret|configmap|serviceaccount`, `auth can-i`, `auth whoami`) and a delegating server's
-//! TokenReview. client-go does not fall back
+//! secret|configmap|serviceaccount`, `auth can-i`, `auth whoami`). client-go does not fall back
 //! to JSON when a server refuses protobuf (it does only for CBOR), so a server that wants
 //! kubectl's own commands to work must read it.
 //!
@@ -27,8 +26,6 @@ enum Ty {
     Msg(&'static [Field]),
     MapStr,
     MapBytes,
-    /// `map<string, ExtraValue>`: lists of strings in JSON.
-    MapStrList,
 }
 
 #[derive(Clone, Copy)]
@@ -57,7 +54,7 @@ const fn r(num: u64, name: &'static str, ty: Ty) -> Field {
     }
 }
 
-use Ty::{Bool, Int, MapBytes, MapStr, MapStrList, Msg, Str, Time};
+use Ty::{Bool, Int, MapBytes, MapStr, Msg, Str, Time};
 
 const OWNER_REFERENCE: &[Field] = &[
     f(1, "kind", Str),
@@ -178,34 +175,11 @@ const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
         ]),
     ),
 ];
-const SUBJECT_ACCESS_REVIEW: &[Field] = &[
-    f(1, "metadata", Msg(OBJECT_META)),
-    f(
-        2,
-        "spec",
-        Msg(&[
-            f(1, "resourceAttributes", Msg(RESOURCE_ATTRIBUTES)),
-            f(2, "nonResourceAttributes", Msg(NON_RESOURCE_ATTRIBUTES)),
-            f(3, "user", Str),
-            r(4, "groups", Str),
-            f(5, "extra", MapStrList),
-            f(6, "uid", Str),
-        ]),
-    ),
-];
 const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
     f(1, "metadata", Msg(OBJECT_META)),
     f(2, "spec", Msg(&[f(1, "namespace", Str)])),
 ];
 const SELF_SUBJECT_REVIEW: &[Field] = &[f(1, "metadata", Msg(OBJECT_META))];
-const TOKEN_REVIEW: &[Field] = &[
-    f(1, "metadata", Msg(OBJECT_META)),
-    f(
-        2,
-        "spec",
-        Msg(&[f(1, "token", Str), r(2, "audiences", Str)]),
-    ),
-];
 
 /// The message a kind's protobuf body holds, for the kinds that accept one.
 fn message(kind: BuiltinKind) -> Option<&'static [Field]> {
@@ -219,10 +193,8 @@ fn message(kind: BuiltinKind) -> Option<&'static [Field]> {
         B::ClusterRole => CLUSTER_ROLE,
         B::RoleBinding | B::ClusterRoleBinding => BINDING,
         B::SelfSubjectAccessReview => SELF_SUBJECT_ACCESS_REVIEW,
-        B::SubjectAccessReview => SUBJECT_ACCESS_REVIEW,
         B::SelfSubjectRulesReview => SELF_SUBJECT_RULES_REVIEW,
         B::SelfSubjectReview => SELF_SUBJECT_REVIEW,
-        B::TokenReview => TOKEN_REVIEW,
         _ => return None,
     })
 }
@@ -303,31 +275,13 @@ fn entry(b: &[u8], value: Ty) -> Result<(String, Value), String> {
                 let raw = rd.bytes()?;
                 v = Some(match value {
                     MapBytes => json!(base64::engine::general_purpose::STANDARD.encode(raw)),
-                    // ExtraValue { repeated string items = 1 }
-                    MapStrList => {
-                        let mut items = vec![];
-                        let mut ir = Reader { b: raw, pos: 0 };
-                        while !ir.done() {
-                            let t = ir.varint()?;
-                            if t == (1 << 3) | 2 {
-                                items.push(json!(text(ir.bytes()?)?));
-                            } else {
-                                ir.skip(t & 7)?;
-                            }
-                        }
-                        Value::Array(items)
-                    }
                     _ => json!(text(raw)?),
                 });
             }
             (_, w) => rd.skip(w)?,
         }
     }
-    let empty = match value {
-        MapStrList => json!([]),
-        _ => json!(""),
-    };
-    Ok((k, v.unwrap_or(empty)))
+    Ok((k, v.unwrap_or_else(|| json!(""))))
 }
 
 fn time(b: &[u8]) -> Result<Value, String> {
@@ -361,7 +315,7 @@ fn decode_message(b: &[u8], fields: &[Field]) -> Result<Value, String> {
             (Bool, 0) => json!(rd.varint()? != 0),
             (Time, 2) => time(rd.bytes()?)?,
             (Msg(sub), 2) => decode_message(rd.bytes()?, sub)?,
-            (MapStr | MapBytes | MapStrList, 2) => {
+            (MapStr | MapBytes, 2) => {
                 let (k, v) = entry(rd.bytes()?, field.ty)?;
                 let m = out
                     .entry(field.name)
@@ -485,29 +439,5 @@ mod tests {
         );
         assert!(decode(BuiltinKind::Secret, b"{}").is_err());
         assert!(decode(BuiltinKind::Secret, &body[..body.len() - 3]).is_err());
-    }
-
-    #[test]
-    fn a_token_review_from_a_delegating_server() {
-        let mut spec = vec![];
-        field_bytes(1, b"t0ken", &mut spec);
-        field_bytes(2, b"aud-1", &mut spec);
-        field_bytes(2, b"aud-2", &mut spec);
-        let mut review = vec![];
-        field_bytes(1, &[], &mut review);
-        field_bytes(2, &spec, &mut review);
-        let mut tm = vec![];
-        field_bytes(1, b"authentication.k8s.io/v1", &mut tm);
-        field_bytes(2, b"TokenReview", &mut tm);
-        let mut body = MAGIC.to_vec();
-        field_bytes(1, &tm, &mut body);
-        field_bytes(2, &review, &mut body);
-        assert!(accepts(BuiltinKind::TokenReview));
-        assert_eq!(
-            decode(BuiltinKind::TokenReview, &body).unwrap(),
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                   "metadata": {},
-                   "spec": {"token": "t0ken", "audiences": ["aud-1", "aud-2"]}})
-        );
     }
 }

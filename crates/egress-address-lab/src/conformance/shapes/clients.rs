@@ -368,5 +368,135 @@ pub(super) fn clients() -> Vec<Shape> {
                 c["bogus"] = json!(1);
                 c
             }),
+        // The tables `kubectl get` prints for the built-in kinds the runbook shows
+        // (`get pods,lease`), the install creates and the kubectl tests read.
+        Shape::kubectl("kc-leases-table", "GET", LEASES)
+            .query("fieldSelector=metadata.name%3D{name}&limit=500")
+            .header("Accept", TABLE)
+            .given(lease("pod-a")),
+        Shape::kubectl(
+            "kc-rolebindings-table",
+            "GET",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/{sys}/rolebindings",
+        )
+        .query("limit=500")
+        .header("Accept", TABLE),
+        Shape::kubectl("kc-configmap-get-table", "GET", CONFIGMAP)
+            .header("Accept", TABLE)
+            .given(configmap(json!({"a": "1", "b": "2"}))),
+        Shape::kubectl("kc-secret-get-table", "GET", SECRET)
+            .header("Accept", TABLE)
+            .given(secret(json!({"kubeconfig": "aGk="}))),
+        Shape::kubectl(
+            "kc-deployment-get-table",
+            "GET",
+            &format!("{DEPLOYMENTS}/{{name}}"),
+        )
+        .header("Accept", TABLE)
+        .given(deployment(json!({"app": "a"}), json!("img:1"))),
+        Shape::kubectl(
+            "kc-service-get-table",
+            "GET",
+            &format!("{SERVICES}/{{name}}"),
+        )
+        .header("Accept", TABLE)
+        .given(json!({"apiVersion": "v1", "kind": "Service",
+                          "metadata": {"name": "{name}", "namespace": "{ns}"},
+                          "spec": {"type": "ExternalName", "externalName": "metrics.example"}})),
+        Shape::kubectl(
+            "kc-networkpolicy-get-table",
+            "GET",
+            "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{name}",
+        )
+        .header("Accept", TABLE)
+        .given(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                      "metadata": {"name": "{name}", "namespace": "{ns}"},
+                      "spec": {"podSelector": {"matchLabels": {"app": "a"}},
+                               "policyTypes": ["Ingress"]}}),
+        ),
+        Shape::kubectl(
+            "kc-serviceaccount-get-table",
+            "GET",
+            "/api/v1/namespaces/{ns}/serviceaccounts/{name}",
+        )
+        .header("Accept", TABLE)
+        .given(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                      "metadata": {"name": "{name}", "namespace": "{ns}"}})),
+        Shape::kubectl(
+            "kc-role-get-table",
+            "GET",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/{name}",
+        )
+        .header("Accept", TABLE)
+        .given(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                      "metadata": {"name": "{name}", "namespace": "{ns}"},
+                      "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                                 "verbs": ["get"]}]}),
+        ),
+        // The runbook's `kubectl create clusterrolebinding egress-address-metrics-reader`.
+        Shape::kubectl(
+            "kc-clusterrolebinding-get-table",
+            "GET",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}",
+        )
+        .header("Accept", TABLE)
+        .given(json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+                      "kind": "ClusterRoleBinding", "metadata": {"name": "{name}"},
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": "view"},
+                      "subjects": [{"kind": "ServiceAccount", "name": "prometheus",
+                                    "namespace": "monitoring"},
+                                   {"kind": "User", "name": "operator",
+                                    "apiGroup": "rbac.authorization.k8s.io"}]})),
+        // `kubectl get --sort-by` asks for the whole object in each row.
+        Shape::kubectl("kc-shards-table-with-objects", "GET", SHARDS)
+            .query("fieldSelector=metadata.name%3D{name}&includeObject=Object")
+            .header("Accept", TABLE)
+            .given(shard0()),
+        // What the install sends that the server refuses, in the apiserver's words.
+        Shape::kubectl("kc-secret-create-bad-base64", "POST", SECRETS)
+            .body(JSON, secret(json!({"k": "not base64!"}))),
+        Shape::kubectl("kc-service-create-invalid", "POST", SERVICES).body(
+            JSON,
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "{name}", "namespace": "{ns}"},
+                   "spec": {"type": "Bogus"}}),
+        ),
+        Shape::kubectl("kc-deployment-create", "POST", DEPLOYMENTS)
+            .query("fieldManager=kubectl-client-side-apply")
+            .body(JSON, {
+                let mut d = deployment(json!({"app": "a"}), json!("ghcr.io/x/controller:v1"));
+                d["spec"]["template"]["spec"]["containers"][0]["ports"] =
+                    json!([{"name": "metrics", "containerPort": 8443}]);
+                d["spec"]["template"]["spec"]["containers"][0]["env"] =
+                    json!([{"name": "A", "value": ""}, {"name": "B", "value": "b"}]);
+                d
+            }),
+        Shape::kubectl("kc-deployment-create-invalid", "POST", DEPLOYMENTS)
+            .body(JSON, deployment(json!({"app": "b"}), json!(null))),
+        Shape::kubectl("kc-deployment-create-empty-spec", "POST", DEPLOYMENTS).body(
+            JSON,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "{name}", "namespace": "{ns}"}, "spec": {}}),
+        ),
+        // `kubectl --as USER --as-uid UID` (and a client's `Impersonate-Extra-*`), whoami.
+        Shape::new("py-impersonate-uid-and-extra", "python", Admin, "POST", SSR)
+            .header("Impersonate-User", "operator")
+            .header("Impersonate-Uid", "operator-uid")
+            .header("Impersonate-Extra-Scopes", "view")
+            .body(
+                JSON,
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+            ),
+        // `kubectl delete --cascade=orphan`.
+        Shape::kubectl("kc-shard-delete-orphan", "DELETE", SHARD)
+            .body(
+                JSON,
+                json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                       "propagationPolicy": "Orphan"}),
+            )
+            .given(shard0()),
     ]
 }

@@ -148,6 +148,10 @@ const EVENT: &str = "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}";
 const CONFIGMAPS: &str = "/api/v1/namespaces/{ns}/configmaps";
 const CONFIGMAP: &str = "/api/v1/namespaces/{ns}/configmaps/{name}";
 const NAMESPACES: &str = "/api/v1/namespaces";
+const SECRETS: &str = "/api/v1/namespaces/{ns}/secrets";
+const SECRET: &str = "/api/v1/namespaces/{ns}/secrets/{name}";
+const SERVICES: &str = "/api/v1/namespaces/{ns}/services";
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/{ns}/deployments";
 const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 const SSRR: &str = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
 const SSR: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
@@ -238,6 +242,26 @@ fn configmap(data: Value) -> Value {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "{name}", "namespace": "{ns}", "labels": {"team": "a"}},
         "data": data,
+    })
+}
+
+fn secret(data: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "{name}", "namespace": "{ns}"},
+        "data": data,
+    })
+}
+
+/// A Deployment whose template carries `labels` (its selector is `app: a`) and one container
+/// of `image`.
+fn deployment(labels: Value, image: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "{name}", "namespace": "{ns}"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "c", "image": image}]}}},
     })
 }
 
