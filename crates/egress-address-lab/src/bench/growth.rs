@@ -94,12 +94,37 @@ pub async fn measure(args: &GrowthArgs, bin: &Path) -> anyhow::Result<GrowthRepo
         }
         let mut measurement = Measurement::new(runs, ideal_walls);
         measurement.ideal_control_plane = ideal_cps;
-        report.sizes.push(Size {
+        let size = Size {
             measurement,
             restart: restart.expect("the last run restarts"),
-        });
+        };
+        eprintln!("{}", size.line());
+        report.sizes.push(size);
     }
     Ok(report)
+}
+
+impl Size {
+    /// `bench: growth N shards: ...`: the size's figures on one line, the restart beside the
+    /// ideal lister's time over the same shards.
+    pub fn line(&self) -> String {
+        let m = &self.measurement;
+        let r = &self.restart;
+        let lister = r.against_lister();
+        format!(
+            "bench: growth {} shards: controller {:.2} s, ideal {:.2} s ({:.2} x), {:.3} requests \
+             per new shard, peak RSS {}, restart to /ready {:.2} s, ideal lister {lister}, restart peak \
+             RSS {}",
+            m.shards(),
+            m.wall().as_secs_f64(),
+            m.ideal_wall().as_secs_f64(),
+            m.ratio(),
+            m.per_new_shard(),
+            mib(m.peak_rss()),
+            r.to_ready.as_secs_f64(),
+            mib(r.peak_rss),
+        )
+    }
 }
 
 /// The least-squares slope of `y` over `x`.
@@ -151,12 +176,12 @@ impl GrowthReport {
             ),
         );
         let real = self.sizes.iter().any(|z| z.measurement.on_real_cell());
-        s.push_str("| shards | controller wall | ideal wall | ratio | controller wall per 1,000 shards | controller CPU per shard | controller CPU, share of one core | localplane CPU per shard | localplane CPU, share of one core | peak RSS | restart: time to /ready | restart: peak RSS |");
+        s.push_str("| shards | controller wall | ideal wall | ratio | controller wall per 1,000 shards | controller CPU per shard | controller CPU, share of one core | localplane CPU per shard | localplane CPU, share of one core | peak RSS | restart: time to /ready | restart: ideal lister | restart: peak RSS |");
         if real {
             s.push_str(" control plane CPU per shard (ideal's) | control plane CPU, share of one core | control plane RSS (peak) |");
         }
         s.push_str(" load |\n");
-        s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         if real {
             s.push_str("---:|---:|---:|");
         }
@@ -179,7 +204,7 @@ impl GrowthReport {
                 String::new()
             };
             s.push_str(&format!(
-                "| {} | {} | {} | {:.2} | {:.3} s | {} | {} | {} | {} | {} | {:.2} s | {} |{} {} |\n",
+                "| {} | {} | {} | {:.2} | {:.3} s | {} | {} | {} | {} | {} | {:.2} s | {} | {} |{} {} |\n",
                 m.shards(),
                 spread(&m.walls()),
                 spread(&m.ideal_walls),
@@ -191,6 +216,7 @@ impl GrowthReport {
                 percent_of_core(r.server_cpu, r.wall),
                 mib(m.peak_rss()),
                 z.restart.to_ready.as_secs_f64(),
+                z.restart.against_lister(),
                 mib(z.restart.peak_rss),
                 control_plane,
                 load_range(&m.loads()),

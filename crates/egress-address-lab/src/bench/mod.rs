@@ -13,6 +13,7 @@ pub mod churn;
 pub mod growth;
 pub mod host;
 mod ideal;
+mod lister;
 pub mod outage;
 mod report;
 pub mod shape;
@@ -64,6 +65,9 @@ pub enum Mode {
     /// The ideal client as a process of its own, as the matrix starts it.
     #[command(hide = true)]
     IdealClient(ideal::ClientArgs),
+    /// The ideal lister as a process of its own, as a restart's measurement starts it.
+    #[command(hide = true)]
+    IdealLister(lister::ListerArgs),
 }
 
 /// Options every mode shares.
@@ -186,6 +190,7 @@ pub async fn run(cli: BenchCli) -> anyhow::Result<()> {
             emit(&r.markdown(), a.common.output.as_deref())
         }
         Some(Mode::IdealClient(a)) => ideal::client(&a).await,
+        Some(Mode::IdealLister(a)) => lister::lister(&a).await,
     }
 }
 
@@ -473,7 +478,13 @@ async fn restart_after(
     tokio::time::sleep(Duration::from_secs(watch_seconds)).await;
     fresh.check_alive()?;
     let counts = bed.counts().await?;
-    let m = RestartMeasurement::collect(&counts, n, to_ready, watch_seconds, fresh.peak_rss());
+    let mut m = RestartMeasurement::collect(&counts, n, to_ready, watch_seconds, fresh.peak_rss());
     fresh.stop(Duration::from_secs(10)).await;
+    // The floor, beside it: the same shards from the same server, page by page.
+    let (wall, kept) = lister::time(&bed.ideal_cell_kubeconfig(), timeout).await?;
+    if kept < n {
+        bail!("the ideal lister kept {kept} of {n} shards");
+    }
+    m.ideal_lister = Some(wall);
     Ok(m)
 }

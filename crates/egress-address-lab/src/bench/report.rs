@@ -400,6 +400,8 @@ pub struct RestartMeasurement {
     pub reads: BTreeMap<(String, String), u64>,
     pub lease_requests: u64,
     pub peak_rss: Option<u64>,
+    /// The ideal lister's time over the same shards, measured right after ([`super::lister`]).
+    pub ideal_lister: Option<Duration>,
 }
 
 impl RestartMeasurement {
@@ -418,6 +420,19 @@ impl RestartMeasurement {
             reads: requests_by(counts, |k| !is_write(k) && !is_lease(k)),
             lease_requests: count(counts, is_lease),
             peak_rss,
+            ideal_lister: None,
+        }
+    }
+
+    /// The ideal lister's time and the restart's ratio to it: `L s (R x)`.
+    pub fn against_lister(&self) -> String {
+        match self.ideal_lister {
+            Some(l) => format!(
+                "{:.2} s ({:.2} x)",
+                l.as_secs_f64(),
+                self.to_ready.as_secs_f64() / l.as_secs_f64().max(1e-9)
+            ),
+            None => "n/a".into(),
         }
     }
 

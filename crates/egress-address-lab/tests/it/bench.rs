@@ -72,6 +72,12 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
     );
     let restart = report.restart.as_ref().expect("restart was measured");
     assert_eq!(restart.write_count(), 0, "a restart writes nothing");
+    // The floor beside it: a lister that kept every shard (fewer fails the measurement).
+    assert!(
+        restart.ideal_lister.is_some_and(|l| !l.is_zero()),
+        "the ideal lister ran beside the restart: {:?}",
+        restart.ideal_lister
+    );
     assert!(
         restart.reads.values().sum::<u64>() >= 2,
         "a restart lists and watches"
