@@ -1,19 +1,10 @@
-//! Legacy (unaggregated) discovery: `/api`, `/api/v1`, `/apis`, `/apis/{g}`, `/apis/{g}/{v}` and
-//! `/version`. kubectl asks for aggregated discovery first and falls back to these when the
-//! response is plain `application/json`.
+//! Legacy (unaggregated) discovery: `/api`, `/api/v1`, `/apis`, `/apis/{g}`, `/apis/{g}/{v}`.
+//! kubectl asks for aggregated discovery first and falls back to these when the response is
+//! plain `application/json`. (No `/version`: nothing here asks localplane for it.)
 
 use serde_json::{Value, json};
 
 use crate::resources::Registry;
-
-pub fn version() -> Value {
-    json!({
-        "major": "1", "minor": "37", "emulationMajor": "1", "emulationMinor": "37",
-        "gitVersion": "v1.37.0-localplane", "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25.0",
-        "compiler": "gc", "platform": "linux/amd64",
-    })
-}
 
 pub fn core_versions(server: &str) -> Value {
     json!({

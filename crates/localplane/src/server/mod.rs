@@ -57,9 +57,6 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     };
     let plane_name = route.plane.name().to_string();
     let segs: Vec<&str> = route.rest.split('/').filter(|s| !s.is_empty()).collect();
-    if matches!(segs.as_slice(), ["healthz" | "readyz" | "livez"]) {
-        return Response::new(Body::from("ok"));
-    }
     let Some(identity) = authenticate(&shared, &parts.headers) else {
         shared.record(&plane_name, parts.method.as_str(), &route.rest, 401);
         return ApiError::unauthorized().into_response();

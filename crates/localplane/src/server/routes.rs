@@ -2,7 +2,7 @@
 //! and the non-resource paths (discovery, OpenAPI, health).
 
 use http::{HeaderMap, Method, header};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::plane::Plane;
 use crate::shared::Shared;
@@ -176,10 +176,6 @@ pub(crate) fn non_resource(
     let st = plane.read();
     let reg = &st.registry;
     match segs {
-        [] => Some(
-            json!({"paths": ["/api", "/api/v1", "/apis", "/openapi/v2", "/openapi/v3", "/version", "/healthz"]}),
-        ),
-        ["version"] => Some(discovery::version()),
         ["api"] => {
             let host = headers
                 .get(header::HOST)

@@ -918,7 +918,17 @@ async fn authentication_and_rbac(server: Server) {
         .create(&PostParams::default(), &rb)
         .await
         .unwrap();
-    assert!(user.list(&ListParams::default()).await.is_ok());
+    // The real apiserver's RBAC authorizer reads bindings from its informer, so a new binding
+    // takes effect a moment after its create answers (a busy machine showed the gap).
+    let mut listed = user.list(&ListParams::default()).await;
+    for _ in 0..50 {
+        if listed.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        listed = user.list(&ListParams::default()).await;
+    }
+    assert!(listed.is_ok(), "{:?}", listed.err());
     let err = api_err(
         user.create(&PostParams::default(), &shard("a"))
             .await
