@@ -28,10 +28,39 @@ fn flags() -> &'static [String] {
 }
 
 const VALUES: &[&str] = &[
-    "dfw", "datum-platform", "egress", "default", "true", "false", "0", "1", "-1", "5s", "500ms",
-    "1m30s", "1h", "0.5s", ":8080", "127.0.0.1:0", "[::1]:9443", "json", "console", "debug",
-    "info", "error", "iso8601", "epoch", "", "=", "-x", "--", "/etc/ipam/kubeconfig", "99999999999",
-    "1e3s", "1.5.5s", "3.4028236e38h",
+    "dfw",
+    "datum-platform",
+    "egress",
+    "default",
+    "true",
+    "false",
+    "0",
+    "1",
+    "-1",
+    "5s",
+    "500ms",
+    "1m30s",
+    "1h",
+    "0.5s",
+    ":8080",
+    "127.0.0.1:0",
+    "[::1]:9443",
+    "json",
+    "console",
+    "debug",
+    "info",
+    "error",
+    "iso8601",
+    "epoch",
+    "",
+    "=",
+    "-x",
+    "--",
+    "/etc/ipam/kubeconfig",
+    "99999999999",
+    "1e3s",
+    "1.5.5s",
+    "3.4028236e38h",
 ];
 
 /// A duration as someone might write one: number and unit pieces, or any text.
@@ -91,10 +120,16 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let normalized = normalize(args.clone(), &Args::command());
-    assert!(normalized.len() <= args.len(), "normalising never adds an argument");
+    assert!(
+        normalized.len() <= args.len(),
+        "normalising never adds an argument"
+    );
     if let Ok(parsed) = Args::try_parse_go_style(args) {
         if let Ok(settings) = parsed.settings() {
-            assert!(settings.validate().is_ok(), "settings() returns validated settings");
+            assert!(
+                settings.validate().is_ok(),
+                "settings() returns validated settings"
+            );
         }
     }
 });

@@ -26,22 +26,43 @@ fn judge_claim(claim: &IPClaim) {
     let name = claim.name_any();
     for cell in CELLS {
         for (ns, shard, uid) in [("ns", "w-1", "u-1"), ("default", "w-2", "u-2")] {
-            let _ = owner(claim, &Incarnation { cell, namespace: ns, name: shard, uid });
+            let _ = owner(
+                claim,
+                &Incarnation {
+                    cell,
+                    namespace: ns,
+                    name: shard,
+                    uid,
+                },
+            );
         }
     }
     let marked = marks(claim);
     let _ = standing(&marked, CELL, |_, _| Some("u-1".to_string()));
-    for vouch in [Vouch::None, Vouch::RecordedBy("u-1"), Vouch::LegacyByOperator] {
+    for vouch in [
+        Vouch::None,
+        Vouch::RecordedBy("u-1"),
+        Vouch::LegacyByOperator,
+    ] {
         let Ok(whose) = whose(claim, CELL, vouch) else {
             continue;
         };
         // Never a release of a live incarnation's claim, nor of one a live shard records.
         if let Whose::Incarnation { uid, .. } = &whose {
-            let live = LiveShard { uid: uid.clone(), holds_claim: None };
+            let live = LiveShard {
+                uid: uid.clone(),
+                holds_claim: None,
+            };
             assert_eq!(decide(&whose, &name, Some(&live)), Decision::Lives);
         }
-        let recording = LiveShard { uid: "other".into(), holds_claim: Some(name.clone()) };
-        assert_eq!(decide(&whose, &name, Some(&recording)), Decision::RecordedByLive);
+        let recording = LiveShard {
+            uid: "other".into(),
+            holds_claim: Some(name.clone()),
+        };
+        assert_eq!(
+            decide(&whose, &name, Some(&recording)),
+            Decision::RecordedByLive
+        );
     }
     if let Some(status) = &claim.status {
         check_cidr(&status.allocated_cidr);
@@ -67,9 +88,17 @@ fn judge_status(status: &Status) {
             "{r}"
         ),
         IpamReason::AllocationRetained(name) => {
-            let causes = status.details.as_ref().map(|d| d.causes.as_slice()).unwrap_or_default();
+            let causes = status
+                .details
+                .as_ref()
+                .map(|d| d.causes.as_slice())
+                .unwrap_or_default();
             assert!(!name.is_empty());
-            assert!(causes.iter().any(|c| c.reason == reasons::ALLOCATION_RETAINED && c.message == *name));
+            assert!(
+                causes
+                    .iter()
+                    .any(|c| c.reason == reasons::ALLOCATION_RETAINED && c.message == *name)
+            );
         }
         _ => {}
     }

@@ -96,15 +96,18 @@ fuzz_target!(|data: &[u8]| {
             assert!(claim.metadata.deletion_timestamp.is_none());
             let status = claim.status.expect("a bound claim has a status");
             assert_eq!(status.phase, "Bound");
-            assert_eq!(host_address(&status.allocated_cidr).ok(), Some(holding.address));
+            assert_eq!(
+                host_address(&status.allocated_cidr).ok(),
+                Some(holding.address)
+            );
         }
         HolderKind::IPAllocation => {
             let named = served.iter().any(|(_, a)| {
                 serde_json::from_slice::<kube::core::Status>(&a.body).is_ok_and(|s| {
                     s.details.is_some_and(|d| {
-                        d.causes.iter().any(|c| {
-                            c.reason == "AllocationRetained" && c.message == holding.name
-                        })
+                        d.causes
+                            .iter()
+                            .any(|c| c.reason == "AllocationRetained" && c.message == holding.name)
                     })
                 })
             });
@@ -118,7 +121,10 @@ fuzz_target!(|data: &[u8]| {
                 serde_json::from_slice(&answer.body).expect("the allocation decoded");
             let status = allocation.status.expect("a ready allocation has a status");
             assert_eq!(status.phase, "Ready");
-            assert_eq!(host_address(&status.allocated_cidr).ok(), Some(holding.address));
+            assert_eq!(
+                host_address(&status.allocated_cidr).ok(),
+                Some(holding.address)
+            );
         }
     }
 });

@@ -46,7 +46,7 @@ fn pending(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
     let mut handed = Vec::new();
     for _ in 0..u.int_in_range(0..=3)? {
         handed.push(json::object(
-vec![
+            vec![
                 ("namespace", json!(json::text(u, &["ns", "default"])?)),
                 ("name", json!(json::text(u, &["w-1", "w-2"])?)),
                 ("uid", json!(json::text(u, &["u-1", "u-2"])?)),
@@ -56,7 +56,8 @@ vec![
                         "project": "datum-platform", "namespace": "egress",
                         "name": json::text(u, &["egress-shard-ipv6.c.x.ns.w-1"])?}),
                 ),
-            ], u,
+            ],
+            u,
         )?);
     }
     Ok(serde_json::to_string(&handed).unwrap())
@@ -64,45 +65,75 @@ vec![
 
 fn lease(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     let annotations = json::object(
-vec![
-            (ANNOTATION_RELEASED_FROM, json!(json::text(u, &["ns/w-1@5", ""])?)),
-            (ANNOTATION_RELEASED_THROUGH, json!(json::text(u, &["ns/w-2@9", ""])?)),
+        vec![
+            (
+                ANNOTATION_RELEASED_FROM,
+                json!(json::text(u, &["ns/w-1@5", ""])?),
+            ),
+            (
+                ANNOTATION_RELEASED_THROUGH,
+                json!(json::text(u, &["ns/w-2@9", ""])?),
+            ),
             (ANNOTATION_RELEASES_PENDING, json!(pending(u)?)),
-        ], u,
+        ],
+        u,
     )?;
     let metadata = json::object(
-vec![
+        vec![
             ("name", json!("egress-address")),
             ("namespace", json!(NAMESPACE)),
-            ("resourceVersion", json!(json::text(u, &["1", "2", "3", ""])?)),
+            (
+                "resourceVersion",
+                json!(json::text(u, &["1", "2", "3", ""])?),
+            ),
             ("annotations", annotations),
-        ], u,
+        ],
+        u,
     )?;
     let spec = json::object(
-vec![
-            ("holderIdentity", json!(json::text(u, &[ME, "other_0002", ""])?)),
+        vec![
+            (
+                "holderIdentity",
+                json!(json::text(u, &[ME, "other_0002", ""])?),
+            ),
             ("leaseDurationSeconds", json!(int(u)?)),
             ("leaseTransitions", json!(int(u)?)),
-            ("acquireTime", json!(json::text(u, &["2026-01-01T00:00:00.000000Z"])?)),
-            ("renewTime", json!(json::text(u, &["2026-01-01T00:00:05.000000Z", "soon"])?)),
-        ], u,
+            (
+                "acquireTime",
+                json!(json::text(u, &["2026-01-01T00:00:00.000000Z"])?),
+            ),
+            (
+                "renewTime",
+                json!(json::text(u, &["2026-01-01T00:00:05.000000Z", "soon"])?),
+            ),
+        ],
+        u,
     )?;
     json::object(
-vec![
+        vec![
             ("apiVersion", json!("coordination.k8s.io/v1")),
             ("kind", json!("Lease")),
             ("metadata", metadata),
             ("spec", spec),
-        ], u,
+        ],
+        u,
     )
 }
 
 fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
-    let status = if u.ratio(2, 3)? { 200 } else { fuzzing::status(u)? };
+    let status = if u.ratio(2, 3)? {
+        200
+    } else {
+        fuzzing::status(u)?
+    };
     if let Some(body) = fuzzing::real(u, "lease")? {
         return fuzzing::answer(u, status, body);
     }
-    let value = if (200..300).contains(&status) { lease(u)? } else { json::status(u, status)? };
+    let value = if (200..300).contains(&status) {
+        lease(u)?
+    } else {
+        json::status(u, status)?
+    };
     let body = json::bytes(u, &value)?;
     fuzzing::answer(u, status, body)
 }
@@ -135,7 +166,11 @@ fuzz_target!(|data: &[u8]| {
             let mut seen = seen.lock().unwrap();
             if sent.method == Method::PUT
                 && let Ok(written) = serde_json::from_slice::<Lease>(&sent.body)
-                && written.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(ME)
+                && written
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    == Some(ME)
                 && let Some((rv, holder, duration)) = seen.last_read.take()
                 && !holder.is_empty()
                 && holder != ME
@@ -175,8 +210,11 @@ fuzz_target!(|data: &[u8]| {
         let (shared, _writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
         let api: Api<Lease> = Api::namespaced(cell.client(1 << 20), NAMESPACE);
         let elector = Elector::new(api, config, ME.to_string(), shared);
-        tokio::time::timeout(Duration::from_secs(24 * 3600), elector.run(cell.exhausted()))
-            .await
-            .expect("the elector stops once the cell's answers run out");
+        tokio::time::timeout(
+            Duration::from_secs(24 * 3600),
+            elector.run(cell.exhausted()),
+        )
+        .await
+        .expect("the elector stops once the cell's answers run out");
     });
 });

@@ -29,7 +29,11 @@ fn judge(shard: &EgressShard) {
     assert_eq!(is_unattributable(&view), is_unattributable(shard));
     assert_eq!(record.key(), ShardKey::of(shard));
     match step(&Event::Apply(shard.clone())) {
-        Step::Changed { key, queue, version } => {
+        Step::Changed {
+            key,
+            queue,
+            version,
+        } => {
             assert_eq!(key, ShardKey::of(shard));
             assert_eq!(queue, decide(shard) != Decision::Nothing);
             assert_eq!(version, shard.metadata.resource_version);
@@ -47,12 +51,19 @@ fn agree(lean: &EgressShard, full: &EgressShard) {
     assert_eq!(l.resource_version, f.resource_version);
     assert_eq!(l.deletion_timestamp, f.deletion_timestamp);
     let served = |s: &EgressShard| {
-        s.metadata.labels.as_ref().and_then(|l| l.get(LABEL_EGRESS_IPV6)).map(String::as_str)
+        s.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_EGRESS_IPV6))
+            .map(String::as_str)
             == Some("true")
     };
     assert_eq!(served(lean), served(full));
     assert_eq!(lean.spec.shard_address_ipv6, full.spec.shard_address_ipv6);
-    assert_eq!(lean.spec.shard_address_ipv6_claim_ref, full.spec.shard_address_ipv6_claim_ref);
+    assert_eq!(
+        lean.spec.shard_address_ipv6_claim_ref,
+        full.spec.shard_address_ipv6_claim_ref
+    );
     assert_eq!(decide(lean), decide(full));
 }
 

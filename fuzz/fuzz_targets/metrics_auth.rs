@@ -44,7 +44,10 @@ fn headers(u: &mut Unstructured<'_>) -> arbitrary::Result<HeaderMap> {
     let mut headers = HeaderMap::new();
     for _ in 0..u.int_in_range(0..=4)? {
         let (name, value) = match u.int_in_range(0..=5)? {
-            0 => (HeaderName::from_bytes(&Vec::<u8>::arbitrary(u)?), Vec::<u8>::arbitrary(u)?),
+            0 => (
+                HeaderName::from_bytes(&Vec::<u8>::arbitrary(u)?),
+                Vec::<u8>::arbitrary(u)?,
+            ),
             1 => (
                 Ok(header::ACCEPT),
                 json::text(
@@ -69,51 +72,78 @@ fn headers(u: &mut Unstructured<'_>) -> arbitrary::Result<HeaderMap> {
 
 fn token_review(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     let user = json::object(
-vec![
-            ("username", json!(json::text(u, &["system:serviceaccount:monitoring:prometheus", ""])?)),
+        vec![
+            (
+                "username",
+                json!(json::text(
+                    u,
+                    &["system:serviceaccount:monitoring:prometheus", ""]
+                )?),
+            ),
             ("uid", json!(json::text(u, &["5b1f", ""])?)),
-            ("groups", json!([json::text(u, &["system:serviceaccounts", "system:authenticated"])?])),
-            ("extra", json!({"authentication.kubernetes.io/pod-name": [json::text(u, &["prometheus-0"])?]})),
-        ], u,
+            (
+                "groups",
+                json!([json::text(
+                    u,
+                    &["system:serviceaccounts", "system:authenticated"]
+                )?]),
+            ),
+            (
+                "extra",
+                json!({"authentication.kubernetes.io/pod-name": [json::text(u, &["prometheus-0"])?]}),
+            ),
+        ],
+        u,
     )?;
     let status = json::object(
-vec![
+        vec![
             ("authenticated", json!(u.ratio(3, 4)?)),
             ("user", user),
             ("audiences", json!(["https://kubernetes.default.svc"])),
             ("error", json!(json::text(u, &["", "token expired"])?)),
-        ], u,
+        ],
+        u,
     )?;
     json::object(
-vec![
+        vec![
             ("apiVersion", json!("authentication.k8s.io/v1")),
             ("kind", json!("TokenReview")),
             ("spec", json!({})),
             ("status", status),
-        ], u,
+        ],
+        u,
     )
 }
 
 fn access_review(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     let status = json::object(
-vec![
+        vec![
             ("allowed", json!(u.ratio(1, 2)?)),
             ("denied", json!(u.ratio(1, 4)?)),
-            ("reason", json!(json::text(u, &["RBAC: allowed by ClusterRoleBinding", ""])?)),
-        ], u,
+            (
+                "reason",
+                json!(json::text(u, &["RBAC: allowed by ClusterRoleBinding", ""])?),
+            ),
+        ],
+        u,
     )?;
     json::object(
-vec![
+        vec![
             ("apiVersion", json!("authorization.k8s.io/v1")),
             ("kind", json!("SubjectAccessReview")),
             ("spec", json!({})),
             ("status", status),
-        ], u,
+        ],
+        u,
     )
 }
 
 fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
-    let status = if u.ratio(3, 4)? { 201 } else { fuzzing::status(u)? };
+    let status = if u.ratio(3, 4)? {
+        201
+    } else {
+        fuzzing::status(u)?
+    };
     if let Some(body) = fuzzing::real(u, "reviews")? {
         return fuzzing::answer(u, status, body);
     }
@@ -147,7 +177,10 @@ fuzz_target!(|data: &[u8]| {
         requests.push((h, wait));
     }
     // A token the cell's own answers repeat (a user named after it) may come back in a 403.
-    let answered: Vec<u8> = answers.iter().flat_map(|a| a.body.iter().copied()).collect();
+    let answered: Vec<u8> = answers
+        .iter()
+        .flat_map(|a| a.body.iter().copied())
+        .collect();
     let cell = Plane::new(answers);
     let rt = fuzzing::runtime();
     rt.block_on(async {
@@ -163,7 +196,11 @@ fuzz_target!(|data: &[u8]| {
             let asked_before = cell.sent().len();
             let mut request = Request::get("/metrics").body(Body::empty()).unwrap();
             *request.headers_mut() = headers;
-            let response = app.clone().oneshot(request).await.expect("the router answers");
+            let response = app
+                .clone()
+                .oneshot(request)
+                .await
+                .expect("the router answers");
             let status = response.status();
             let body = response.into_body().collect().await.unwrap().to_bytes();
             let sent = cell.sent();
@@ -173,8 +210,13 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             };
             assert!(
-                [StatusCode::OK, StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN,
-                    StatusCode::SERVICE_UNAVAILABLE].contains(&status),
+                [
+                    StatusCode::OK,
+                    StatusCode::UNAUTHORIZED,
+                    StatusCode::FORBIDDEN,
+                    StatusCode::SERVICE_UNAVAILABLE
+                ]
+                .contains(&status),
                 "{status}"
             );
             let reviewed = sent.iter().any(|s| {
@@ -187,7 +229,10 @@ fuzz_target!(|data: &[u8]| {
             let echoed = answered.windows(token.len()).any(|w| w == token.as_bytes());
             if status != StatusCode::OK && token.len() >= 6 && !echoed {
                 let text = String::from_utf8_lossy(&body);
-                assert!(!text.contains(&token), "the answer repeats the token: {text}");
+                assert!(
+                    !text.contains(&token),
+                    "the answer repeats the token: {text}"
+                );
             }
         }
     });

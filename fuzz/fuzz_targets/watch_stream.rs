@@ -40,20 +40,31 @@ fn page(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         .map(|_| json::shard(u))
         .collect::<arbitrary::Result<Vec<_>>>()?;
     let continue_ = if u.ratio(1, 3)? {
-        json!(json::text(u, &["eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTAsInN0YXJ0Ijoidy0yIn0", ""])?)
+        json!(json::text(
+            u,
+            &[
+                "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTAsInN0YXJ0Ijoidy0yIn0",
+                ""
+            ]
+        )?)
     } else {
         Value::Null
     };
     let metadata = json::object(
-vec![("resourceVersion", json!(version(u)?)), ("continue", continue_)], u,
+        vec![
+            ("resourceVersion", json!(version(u)?)),
+            ("continue", continue_),
+        ],
+        u,
     )?;
     json::object(
-vec![
+        vec![
             ("apiVersion", json!("network.datumapis.com/v1alpha1")),
             ("kind", json!("EgressShardList")),
             ("metadata", metadata),
             ("items", json!(items)),
-        ], u,
+        ],
+        u,
     )
 }
 
@@ -74,8 +85,7 @@ fn event(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<u8>> {
         }),
         _ => json::shard(u)?,
     };
-    let value = json::object(
-vec![("type", json!(kind)), ("object", object)], u)?;
+    let value = json::object(vec![("type", json!(kind)), ("object", object)], u)?;
     let mut line = json::bytes(u, &value)?;
     if u.ratio(15, 16)? {
         line.push(b'\n');
@@ -84,11 +94,19 @@ vec![("type", json!(kind)), ("object", object)], u)?;
 }
 
 fn list_answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
-    let status = if u.ratio(4, 5)? { 200 } else { fuzzing::status(u)? };
+    let status = if u.ratio(4, 5)? {
+        200
+    } else {
+        fuzzing::status(u)?
+    };
     let body = match fuzzing::real(u, "list_page")? {
         Some(body) => body,
         None => {
-            let value = if status == 200 { page(u)? } else { json::status(u, status)? };
+            let value = if status == 200 {
+                page(u)?
+            } else {
+                json::status(u, status)?
+            };
             json::bytes(u, &value)?
         }
     };
@@ -96,7 +114,11 @@ fn list_answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
 }
 
 fn watch_answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
-    let status = if u.ratio(5, 6)? { 200 } else { fuzzing::status(u)? };
+    let status = if u.ratio(5, 6)? {
+        200
+    } else {
+        fuzzing::status(u)?
+    };
     let body = if status == 200 {
         let mut body = Vec::new();
         for _ in 0..u.int_in_range(0..=6)? {
@@ -161,7 +183,10 @@ fuzz_target!(|data: &[u8]| {
         let quoted = serde_json::to_string(&name).unwrap();
         let raw = quoted.trim_matches('"');
         assert!(
-            sent_bytes.windows(raw.len().max(1)).any(|w| w == raw.as_bytes()) || name.is_empty(),
+            sent_bytes
+                .windows(raw.len().max(1))
+                .any(|w| w == raw.as_bytes())
+                || name.is_empty(),
             "the cache holds {name:?}, which the cell never sent"
         );
     }

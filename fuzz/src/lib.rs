@@ -214,8 +214,11 @@ impl Plane {
             )));
         };
         let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
-        let mut frames: Vec<Result<Frame<Bytes>, BoxError>> =
-            answer.chunks().into_iter().map(|c| Ok(Frame::data(c))).collect();
+        let mut frames: Vec<Result<Frame<Bytes>, BoxError>> = answer
+            .chunks()
+            .into_iter()
+            .map(|c| Ok(Frame::data(c)))
+            .collect();
         if answer.reset {
             frames.push(Err(Box::new(std::io::Error::from(
                 std::io::ErrorKind::ConnectionReset,
@@ -369,7 +372,9 @@ pub mod json {
     pub fn text(u: &mut Unstructured<'_>, choices: &[&str]) -> arbitrary::Result<String> {
         Ok(match u.int_in_range(0..=9)? {
             0 => String::arbitrary(u)?,
-            1 => u.choose(&["a", "é", "日", "🙂", "-", "."])?.repeat(u.int_in_range(0..=300)?),
+            1 => u
+                .choose(&["a", "é", "日", "🙂", "-", "."])?
+                .repeat(u.int_in_range(0..=300)?),
             _ => u.choose(choices)?.to_string(),
         })
     }
@@ -387,10 +392,7 @@ pub mod json {
     }
 
     /// An object of the pairs the fuzzer keeps.
-    pub fn object(
-        pairs: Vec<(&str, Value)>,
-        u: &mut Unstructured<'_>,
-    ) -> arbitrary::Result<Value> {
+    pub fn object(pairs: Vec<(&str, Value)>, u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         let mut map = Map::new();
         for (k, v) in pairs {
             if u.ratio(7, 8)? {
@@ -424,16 +426,21 @@ pub mod json {
         );
         // Names are derived only from names an API server would accept.
         let plain = |s: &str| s.len() < 64 && s.bytes().all(|b| b.is_ascii_graphic());
-        let parts = (plain(&cell) && plain(&ns) && plain(&shard) && plain(&uid))
-            .then_some((cell.as_str(), ns.as_str(), shard.as_str(), uid.as_str()));
+        let parts = (plain(&cell) && plain(&ns) && plain(&shard) && plain(&uid)).then_some((
+            cell.as_str(),
+            ns.as_str(),
+            shard.as_str(),
+            uid.as_str(),
+        ));
         let name = claim_name_for(u, parts)?;
         let annotations = object(
-vec![
+            vec![
                 (ANNOTATION_CELL, json!(cell)),
                 (ANNOTATION_SHARD_NAMESPACE, json!(ns)),
                 (ANNOTATION_SHARD_NAME, json!(shard)),
                 (ANNOTATION_SHARD_UID, json!(uid)),
-            ], u,
+            ],
+            u,
         )?;
         let deleting = if u.ratio(1, 8)? {
             json!("2026-01-01T00:00:00Z")
@@ -441,24 +448,29 @@ vec![
             Value::Null
         };
         let metadata = object(
-vec![
+            vec![
                 ("name", json!(name)),
                 ("namespace", json!(CLAIM_NAMESPACE)),
                 ("uid", json!(text(u, &["claim-uid-1", "claim-uid-2"])?)),
-                ("resourceVersion", json!(u.int_in_range(1u32..=20)?.to_string())),
+                (
+                    "resourceVersion",
+                    json!(u.int_in_range(1u32..=20)?.to_string()),
+                ),
                 ("annotations", annotations),
                 ("deletionTimestamp", deleting),
-            ], u,
+            ],
+            u,
         )?;
         let status = object(
-vec![
+            vec![
                 ("phase", json!(text(u, PHASES)?)),
                 ("allocatedCIDR", json!(text(u, CIDRS)?)),
                 ("address", json!(text(u, CIDRS)?)),
-            ], u,
+            ],
+            u,
         )?;
         object(
-vec![
+            vec![
                 ("apiVersion", json!("ipam.miloapis.com/v1alpha1")),
                 ("kind", json!("IPClaim")),
                 ("metadata", metadata),
@@ -468,31 +480,35 @@ vec![
                         "reclaimPolicy": "Delete", "target": "Block"}),
                 ),
                 ("status", status),
-            ], u,
+            ],
+            u,
         )
     }
 
     /// An IPAllocation as IPAM would answer one.
     pub fn allocation(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         let metadata = object(
-vec![
+            vec![
                 ("name", json!(text(u, &["alloc-3f2a1b0c9d8e7f60"])?)),
                 ("namespace", json!(CLAIM_NAMESPACE)),
-            ], u,
+            ],
+            u,
         )?;
         let status = object(
-vec![
+            vec![
                 ("phase", json!(text(u, PHASES)?)),
                 ("allocatedCIDR", json!(text(u, CIDRS)?)),
-            ], u,
+            ],
+            u,
         )?;
         object(
-vec![
+            vec![
                 ("apiVersion", json!("ipam.miloapis.com/v1alpha1")),
                 ("kind", json!("IPAllocation")),
                 ("metadata", metadata),
                 ("status", status),
-            ], u,
+            ],
+            u,
         )
     }
 
@@ -501,20 +517,22 @@ vec![
         let mut causes = Vec::new();
         for _ in 0..u.int_in_range(0..=3)? {
             causes.push(object(
-vec![
+                vec![
                     ("reason", json!(text(u, REASONS)?)),
                     ("message", json!(text(u, MESSAGES)?)),
                     ("field", json!(text(u, &["spec.scope.location", ""])?)),
-                ], u,
+                ],
+                u,
             )?);
         }
         let details = object(
-vec![
+            vec![
                 ("name", json!(text(u, &["c"])?)),
                 ("group", json!("ipam.miloapis.com")),
                 ("kind", json!("ipclaims")),
                 ("causes", json!(causes)),
-            ], u,
+            ],
+            u,
         )?;
         let code = if u.ratio(1, 10)? {
             json!(u16::arbitrary(u)?)
@@ -522,7 +540,7 @@ vec![
             json!(code)
         };
         object(
-vec![
+            vec![
                 ("kind", json!("Status")),
                 ("apiVersion", json!("v1")),
                 ("metadata", json!({})),
@@ -531,7 +549,8 @@ vec![
                 ("reason", json!(text(u, REASONS)?)),
                 ("details", details),
                 ("code", code),
-            ], u,
+            ],
+            u,
         )
     }
 
@@ -539,13 +558,14 @@ vec![
     /// does not (other labels, annotations, managedFields, the status).
     pub fn shard(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         let labels = object(
-vec![
+            vec![
                 (
                     egress_api::shard::LABEL_EGRESS_IPV6,
                     json!(text(u, &["true", "false", ""])?),
                 ),
                 ("team", json!(text(u, &["a"])?)),
-            ], u,
+            ],
+            u,
         )?;
         let deleting = if u.ratio(1, 6)? {
             json!(text(u, &["2026-01-01T00:00:00Z", "yesterday"])?)
@@ -553,11 +573,14 @@ vec![
             Value::Null
         };
         let metadata = object(
-vec![
+            vec![
                 ("name", json!(text(u, SHARDS)?)),
                 ("namespace", json!(text(u, NAMESPACES)?)),
                 ("uid", json!(text(u, UIDS)?)),
-                ("resourceVersion", json!(u.int_in_range(1u32..=50)?.to_string())),
+                (
+                    "resourceVersion",
+                    json!(u.int_in_range(1u32..=50)?.to_string()),
+                ),
                 ("generation", json!(u.int_in_range(1u32..=5)?)),
                 ("labels", labels),
                 (
@@ -569,19 +592,24 @@ vec![
                     "managedFields",
                     json!([{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]),
                 ),
-            ], u,
+            ],
+            u,
         )?;
         let claim_ref = object(
-vec![
+            vec![
                 ("apiGroup", json!("ipam.miloapis.com")),
                 ("kind", json!(text(u, &["IPClaim", "IPAllocation"])?)),
                 ("project", json!(text(u, &["datum-platform"])?)),
                 ("namespace", json!(CLAIM_NAMESPACE)),
                 ("name", json!(text(u, &["egress-shard-ipv6.c.x.ns.w-1"])?)),
-            ], u,
+            ],
+            u,
         )?;
         let mut spec = vec![
-            ("targetRef", json!({"kind": "Node", "name": text(u, &["node-1"])?})),
+            (
+                "targetRef",
+                json!({"kind": "Node", "name": text(u, &["node-1"])?}),
+            ),
             ("shardSID", json!("fd00::1")),
         ];
         if u.ratio(1, 2)? {
@@ -592,13 +620,14 @@ vec![
         }
         let spec = object(spec, u)?;
         object(
-vec![
+            vec![
                 ("apiVersion", json!("network.datumapis.com/v1alpha1")),
                 ("kind", json!("EgressShard")),
                 ("metadata", metadata),
                 ("spec", spec),
                 ("status", json!({"shardSID": "fd00::1"})),
-            ], u,
+            ],
+            u,
         )
     }
 
@@ -626,7 +655,10 @@ pub fn recorded(kind: &str) -> &'static [Vec<u8>] {
     all.entry(kind.to_string()).or_insert_with(|| {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut found = Vec::new();
-        for dir in [root.join("recorded").join(kind), root.join("corpus").join(kind)] {
+        for dir in [
+            root.join("recorded").join(kind),
+            root.join("corpus").join(kind),
+        ] {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
