@@ -114,9 +114,10 @@ async fn the_invariants_hold(cell: CellKind) {
     ] {
         assert!(v.checks > 10, "judged only {} times", v.checks);
     }
-    // Once per lapse fault (a slow-renewal phase, a short pause) and once per cell at the end.
+    // Once per lapse fault (a slow-renewal phase, a short pause; at least one, above) and once
+    // per cell at the end.
     assert!(
-        report.addressed_in_time.checks >= report.cells.len() + 2,
+        report.addressed_in_time.checks > report.cells.len(),
         "addressed in time judged only {} times",
         report.addressed_in_time.checks
     );
