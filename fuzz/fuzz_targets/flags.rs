@@ -99,37 +99,39 @@ fn arg(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unstructured::new(data);
-    let Ok(durations) = (0..u.int_in_range(0..=4).unwrap_or(0))
-        .map(|_| duration(&mut u))
-        .collect::<arbitrary::Result<Vec<_>>>()
-    else {
-        return;
-    };
-    for text in &durations {
-        if let Ok(d) = parse_duration(text) {
-            // A parsed duration is what it says in at least one unit the parser knows.
-            assert!(d <= Duration::MAX);
+    fuzzing::alloc::held_to(fuzzing::alloc::CELL, data.len(), || {
+        let mut u = Unstructured::new(data);
+        let Ok(durations) = (0..u.int_in_range(0..=4).unwrap_or(0))
+            .map(|_| duration(&mut u))
+            .collect::<arbitrary::Result<Vec<_>>>()
+        else {
+            return;
+        };
+        for text in &durations {
+            if let Ok(d) = parse_duration(text) {
+                // A parsed duration is what it says in at least one unit the parser knows.
+                assert!(d <= Duration::MAX);
+            }
         }
-    }
-    let mut args = vec![egress_address::config::args::BINARY.to_string()];
-    while !u.is_empty() && args.len() < 24 {
-        match arg(&mut u) {
-            Ok(a) => args.push(a),
-            Err(_) => break,
+        let mut args = vec![egress_address::config::args::BINARY.to_string()];
+        while !u.is_empty() && args.len() < 24 {
+            match arg(&mut u) {
+                Ok(a) => args.push(a),
+                Err(_) => break,
+            }
         }
-    }
-    let normalized = normalize(args.clone(), &Args::command());
-    assert!(
-        normalized.len() <= args.len(),
-        "normalising never adds an argument"
-    );
-    if let Ok(parsed) = Args::try_parse_go_style(args) {
-        if let Ok(settings) = parsed.settings() {
-            assert!(
-                settings.validate().is_ok(),
-                "settings() returns validated settings"
-            );
+        let normalized = normalize(args.clone(), &Args::command());
+        assert!(
+            normalized.len() <= args.len(),
+            "normalising never adds an argument"
+        );
+        if let Ok(parsed) = Args::try_parse_go_style(args) {
+            if let Ok(settings) = parsed.settings() {
+                assert!(
+                    settings.validate().is_ok(),
+                    "settings() returns validated settings"
+                );
+            }
         }
-    }
+    })
 });

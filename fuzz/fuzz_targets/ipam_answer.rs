@@ -113,43 +113,45 @@ fn judge_status(status: &Status) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() >= MAX_IPAM_ANSWER {
-        return;
-    }
-    if let Ok(claim) = serde_json::from_slice::<IPClaim>(data) {
-        judge_claim(&claim);
-    }
-    if let Ok(allocation) = serde_json::from_slice::<IPAllocation>(data) {
-        if let Some(status) = &allocation.status {
-            check_cidr(&status.allocated_cidr);
+    fuzzing::alloc::held_to(fuzzing::alloc::IPAM, data.len(), || {
+        if data.len() >= MAX_IPAM_ANSWER {
+            return;
         }
-    }
-    if let Ok(list) = serde_json::from_slice::<ObjectList<IPClaim>>(data) {
-        for claim in &list.items {
-            judge_claim(claim);
+        if let Ok(claim) = serde_json::from_slice::<IPClaim>(data) {
+            judge_claim(&claim);
         }
-    }
-    if let Ok(status) = serde_json::from_slice::<Status>(data) {
-        judge_status(&status);
-    }
-    if let Ok(text) = std::str::from_utf8(data) {
-        check_cidr(text);
-    }
-    // The same bytes as IPAM's answer to a read, through the controller's client: kube decodes
-    // a refusal into a Status, and the controller classifies it.
-    let code = [200, 403, 409, 500][data.first().map_or(0, |b| usize::from(*b) % 4)];
-    let plane = Plane::new([Answer::new(code, data.to_vec())]);
-    let rt = fuzzing::runtime();
-    rt.block_on(async {
-        let ipam = fuzzing::ipam(plane.client(MAX_IPAM_ANSWER));
-        match ipam.get_claim(CLAIM_NAMESPACE, "c").await {
-            Ok(claim) => judge_claim(&claim),
-            Err(err) => {
-                if let kube::Error::Api(status) = &err {
-                    judge_status(status);
-                }
-                let _ = classify(&err);
+        if let Ok(allocation) = serde_json::from_slice::<IPAllocation>(data) {
+            if let Some(status) = &allocation.status {
+                check_cidr(&status.allocated_cidr);
             }
         }
-    });
+        if let Ok(list) = serde_json::from_slice::<ObjectList<IPClaim>>(data) {
+            for claim in &list.items {
+                judge_claim(claim);
+            }
+        }
+        if let Ok(status) = serde_json::from_slice::<Status>(data) {
+            judge_status(&status);
+        }
+        if let Ok(text) = std::str::from_utf8(data) {
+            check_cidr(text);
+        }
+        // The same bytes as IPAM's answer to a read, through the controller's client: kube decodes
+        // a refusal into a Status, and the controller classifies it.
+        let code = [200, 403, 409, 500][data.first().map_or(0, |b| usize::from(*b) % 4)];
+        let plane = Plane::new([Answer::new(code, data.to_vec())]);
+        let rt = fuzzing::runtime();
+        rt.block_on(async {
+            let ipam = fuzzing::ipam(plane.client(MAX_IPAM_ANSWER));
+            match ipam.get_claim(CLAIM_NAMESPACE, "c").await {
+                Ok(claim) => judge_claim(&claim),
+                Err(err) => {
+                    if let kube::Error::Api(status) = &err {
+                        judge_status(status);
+                    }
+                    let _ = classify(&err);
+                }
+            }
+        });
+    })
 });

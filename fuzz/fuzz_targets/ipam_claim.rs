@@ -37,94 +37,97 @@ fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unstructured::new(data);
-    let (Ok(cell), Ok(ns), Ok(shard), Ok(uid)) = (
-        u.choose(CELLS),
-        u.choose(NAMESPACES),
-        u.choose(SHARDS),
-        u.choose(UIDS),
-    ) else {
-        return;
-    };
-    let mut answers = Vec::new();
-    for _ in 0..u.int_in_range(1..=3).unwrap_or(1) {
-        match answer(&mut u) {
-            Ok(a) => answers.push(a),
-            Err(_) => break,
-        }
-    }
-    let req = ClaimRequest {
-        class_name: "egress-ipv6",
-        claim_namespace: CLAIM_NAMESPACE,
-        location: "dfw",
-        cell,
-        shard_namespace: ns,
-        shard_name: shard,
-        shard_uid: uid,
-    };
-    let plane = Plane::new(answers);
-    let served: Arc<Mutex<Vec<(String, Answer)>>> = Arc::default();
-    plane.on_request({
-        let served = served.clone();
-        move |sent, answer| {
-            if let Some(a) = answer {
-                served.lock().unwrap().push((sent.uri.clone(), a.clone()));
+    fuzzing::alloc::held_to(fuzzing::alloc::IPAM, data.len(), || {
+        let mut u = Unstructured::new(data);
+        let (Ok(cell), Ok(ns), Ok(shard), Ok(uid)) = (
+            u.choose(CELLS),
+            u.choose(NAMESPACES),
+            u.choose(SHARDS),
+            u.choose(UIDS),
+        ) else {
+            return;
+        };
+        let mut answers = Vec::new();
+        for _ in 0..u.int_in_range(1..=3).unwrap_or(1) {
+            match answer(&mut u) {
+                Ok(a) => answers.push(a),
+                Err(_) => break,
             }
         }
-    });
-    let rt = fuzzing::runtime();
-    let outcome = rt.block_on(async {
-        let ipam = fuzzing::ipam(plane.client(MAX_IPAM_ANSWER));
-        claim(&ipam, &req).await
-    });
-    let Ok(holding) = outcome else {
-        return;
-    };
-    assert_eq!(not_public_unicast(holding.address), None, "{holding:?}");
-    let served = served.lock().unwrap();
-    let ok = |a: &Answer| (200..300).contains(&a.status) && !a.reset;
-    match holding.kind {
-        HolderKind::IPClaim => {
-            assert_eq!(holding.name, req.name());
-            let (_, answer) = served
-                .iter()
-                .rev()
-                .find(|(uri, a)| uri.contains("/ipclaims") && ok(a))
-                .expect("an address from a claim IPAM answered");
-            let claim: IPClaim = serde_json::from_slice(&answer.body).expect("the claim decoded");
-            assert_eq!(owner(&claim, &req.incarnation()), Owner::This);
-            assert!(claim.metadata.deletion_timestamp.is_none());
-            let status = claim.status.expect("a bound claim has a status");
-            assert_eq!(status.phase, "Bound");
-            assert_eq!(
-                host_address(&status.allocated_cidr).ok(),
-                Some(holding.address)
-            );
-        }
-        HolderKind::IPAllocation => {
-            let named = served.iter().any(|(_, a)| {
-                serde_json::from_slice::<kube::core::Status>(&a.body).is_ok_and(|s| {
-                    s.details.is_some_and(|d| {
-                        d.causes
-                            .iter()
-                            .any(|c| c.reason == "AllocationRetained" && c.message == holding.name)
+        let req = ClaimRequest {
+            class_name: "egress-ipv6",
+            claim_namespace: CLAIM_NAMESPACE,
+            location: "dfw",
+            cell,
+            shard_namespace: ns,
+            shard_name: shard,
+            shard_uid: uid,
+        };
+        let plane = Plane::new(answers);
+        let served: Arc<Mutex<Vec<(String, Answer)>>> = Arc::default();
+        plane.on_request({
+            let served = served.clone();
+            move |sent, answer| {
+                if let Some(a) = answer {
+                    served.lock().unwrap().push((sent.uri.clone(), a.clone()));
+                }
+            }
+        });
+        let rt = fuzzing::runtime();
+        let outcome = rt.block_on(async {
+            let ipam = fuzzing::ipam(plane.client(MAX_IPAM_ANSWER));
+            claim(&ipam, &req).await
+        });
+        let Ok(holding) = outcome else {
+            return;
+        };
+        assert_eq!(not_public_unicast(holding.address), None, "{holding:?}");
+        let served = served.lock().unwrap();
+        let ok = |a: &Answer| (200..300).contains(&a.status) && !a.reset;
+        match holding.kind {
+            HolderKind::IPClaim => {
+                assert_eq!(holding.name, req.name());
+                let (_, answer) = served
+                    .iter()
+                    .rev()
+                    .find(|(uri, a)| uri.contains("/ipclaims") && ok(a))
+                    .expect("an address from a claim IPAM answered");
+                let claim: IPClaim =
+                    serde_json::from_slice(&answer.body).expect("the claim decoded");
+                assert_eq!(owner(&claim, &req.incarnation()), Owner::This);
+                assert!(claim.metadata.deletion_timestamp.is_none());
+                let status = claim.status.expect("a bound claim has a status");
+                assert_eq!(status.phase, "Bound");
+                assert_eq!(
+                    host_address(&status.allocated_cidr).ok(),
+                    Some(holding.address)
+                );
+            }
+            HolderKind::IPAllocation => {
+                let named = served.iter().any(|(_, a)| {
+                    serde_json::from_slice::<kube::core::Status>(&a.body).is_ok_and(|s| {
+                        s.details.is_some_and(|d| {
+                            d.causes.iter().any(|c| {
+                                c.reason == "AllocationRetained" && c.message == holding.name
+                            })
+                        })
                     })
-                })
-            });
-            assert!(named, "an allocation adopted only when a refusal named it");
-            let (_, answer) = served
-                .iter()
-                .rev()
-                .find(|(uri, a)| uri.contains("/ipallocations/") && ok(a))
-                .expect("an address from an allocation IPAM answered");
-            let allocation: IPAllocation =
-                serde_json::from_slice(&answer.body).expect("the allocation decoded");
-            let status = allocation.status.expect("a ready allocation has a status");
-            assert_eq!(status.phase, "Ready");
-            assert_eq!(
-                host_address(&status.allocated_cidr).ok(),
-                Some(holding.address)
-            );
+                });
+                assert!(named, "an allocation adopted only when a refusal named it");
+                let (_, answer) = served
+                    .iter()
+                    .rev()
+                    .find(|(uri, a)| uri.contains("/ipallocations/") && ok(a))
+                    .expect("an address from an allocation IPAM answered");
+                let allocation: IPAllocation =
+                    serde_json::from_slice(&answer.body).expect("the allocation decoded");
+                let status = allocation.status.expect("a ready allocation has a status");
+                assert_eq!(status.phase, "Ready");
+                assert_eq!(
+                    host_address(&status.allocated_cidr).ok(),
+                    Some(holding.address)
+                );
+            }
         }
-    }
+    })
 });

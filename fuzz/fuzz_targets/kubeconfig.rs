@@ -205,100 +205,102 @@ fn header_may_carry(token: &str) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unstructured::new(data);
-    let token_path = dir().join("token");
-    let path = dir().join("kubeconfig");
-    // Tokens with control characters, inline or in the token file: none may show in an error.
-    let mut planted = Vec::new();
-    let Ok(text) = kubeconfig(&mut u, token_path.to_str().unwrap(), &mut planted) else {
-        return;
-    };
-    let token = match u.ratio(1, 2) {
-        Ok(true) => match controlled_token(&mut u) {
-            Ok((raw, _)) => {
-                planted.push(raw.clone());
-                raw.into_bytes()
+    fuzzing::alloc::held_to(fuzzing::alloc::CELL, data.len(), || {
+        let mut u = Unstructured::new(data);
+        let token_path = dir().join("token");
+        let path = dir().join("kubeconfig");
+        // Tokens with control characters, inline or in the token file: none may show in an error.
+        let mut planted = Vec::new();
+        let Ok(text) = kubeconfig(&mut u, token_path.to_str().unwrap(), &mut planted) else {
+            return;
+        };
+        let token = match u.ratio(1, 2) {
+            Ok(true) => match controlled_token(&mut u) {
+                Ok((raw, _)) => {
+                    planted.push(raw.clone());
+                    raw.into_bytes()
+                }
+                Err(_) => return,
+            },
+            Ok(false) => match Vec::<u8>::arbitrary(&mut u) {
+                Ok(bytes) => bytes,
+                Err(_) => return,
+            },
+            Err(_) => return,
+        };
+        let allow = u.ratio(1, 4).unwrap_or(false);
+        std::fs::write(&path, &text).unwrap();
+        std::fs::write(&token_path, &token).unwrap();
+        let _ = fingerprint(&[&path, &token_path]);
+        let mut secrets = secrets_in(&text);
+        let token_text = String::from_utf8_lossy(&token).trim().to_string();
+        let rt = fuzzing::runtime();
+        let outcome = rt.block_on(async {
+            let transport = Transport {
+                allow_plaintext_credentials: allow,
+            };
+            let config = load_with(&path, transport).await?;
+            // The token kube would send, if the config gave a client at all: the inline one has
+            // precedence over the file's.
+            let auth = &config.auth_info;
+            let sent = match (&auth.token, &auth.token_file) {
+                (Some(inline), _) => Some(inline.expose_secret().to_string()),
+                (None, Some(file)) => std::fs::read_to_string(file).ok(),
+                (None, None) => None,
+            };
+            endpoint(config, &path)?;
+            if let Some(sent) = sent {
+                assert!(
+                    header_may_carry(&sent),
+                    "a client was built with a token no header may carry: {sent:?}"
+                );
             }
-            Err(_) => return,
-        },
-        Ok(false) => match Vec::<u8>::arbitrary(&mut u) {
-            Ok(bytes) => bytes,
-            Err(_) => return,
-        },
-        Err(_) => return,
-    };
-    let allow = u.ratio(1, 4).unwrap_or(false);
-    std::fs::write(&path, &text).unwrap();
-    std::fs::write(&token_path, &token).unwrap();
-    let _ = fingerprint(&[&path, &token_path]);
-    let mut secrets = secrets_in(&text);
-    let token_text = String::from_utf8_lossy(&token).trim().to_string();
-    let rt = fuzzing::runtime();
-    let outcome = rt.block_on(async {
-        let transport = Transport {
-            allow_plaintext_credentials: allow,
+            Ok::<(), egress_address::connect::Error>(())
+        });
+        let Err(err) = outcome else {
+            return;
         };
-        let config = load_with(&path, transport).await?;
-        // The token kube would send, if the config gave a client at all: the inline one has
-        // precedence over the file's.
-        let auth = &config.auth_info;
-        let sent = match (&auth.token, &auth.token_file) {
-            (Some(inline), _) => Some(inline.expose_secret().to_string()),
-            (None, Some(file)) => std::fs::read_to_string(file).ok(),
-            (None, None) => None,
-        };
-        endpoint(config, &path)?;
-        if let Some(sent) = sent {
+        let message = err.to_string();
+        assert!(message.contains(path.to_str().unwrap()), "{message}");
+        let shown = message.replace(path.to_str().unwrap(), "");
+        // A planted token, whole or any line of it, is never shown (its parts are found nowhere
+        // else in the file, so here no other reading of the text is possible).
+        for raw in &planted {
             assert!(
-                header_may_carry(&sent),
-                "a client was built with a token no header may carry: {sent:?}"
+                !shown.contains(raw.as_str()),
+                "the error repeats a token {raw:?}: {message}"
+            );
+            for part in raw.split(|c: char| c.is_control()).filter(|p| p.len() >= 8) {
+                assert!(
+                    !shown.contains(part),
+                    "the error repeats a line of a token {raw:?}: {message}"
+                );
+            }
+        }
+        // The token file's content is a credential too, though the kubeconfig never shows it.
+        secrets.push(token_text);
+        // A credential is made of token characters (a bearer token, base64 key data): a value of
+        // other characters (spaces, non-ASCII) under a credential key is no header's token, and the
+        // same text elsewhere in the file (a context's name) may rightly be quoted.
+        let token_like = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+/=_-.".contains(&b))
+        };
+        // The scratch folder's paths are long runs of token characters too, and no credential.
+        let scratch = dir().to_str().unwrap();
+        for secret in secrets.iter().filter(|s| {
+            s.len() >= 8 && token_like(s) && !s.contains(scratch) && !scratch.contains(s.as_str())
+        }) {
+            if "read the kubeconfig : it is not a valid kubeconfig (YAML error at line , column )"
+                .contains(secret.as_str())
+            {
+                continue;
+            }
+            assert!(
+                !shown.contains(secret.as_str()),
+                "the error repeats a credential {secret:?}: {message}"
             );
         }
-        Ok::<(), egress_address::connect::Error>(())
-    });
-    let Err(err) = outcome else {
-        return;
-    };
-    let message = err.to_string();
-    assert!(message.contains(path.to_str().unwrap()), "{message}");
-    let shown = message.replace(path.to_str().unwrap(), "");
-    // A planted token, whole or any line of it, is never shown (its parts are found nowhere
-    // else in the file, so here no other reading of the text is possible).
-    for raw in &planted {
-        assert!(
-            !shown.contains(raw.as_str()),
-            "the error repeats a token {raw:?}: {message}"
-        );
-        for part in raw.split(|c: char| c.is_control()).filter(|p| p.len() >= 8) {
-            assert!(
-                !shown.contains(part),
-                "the error repeats a line of a token {raw:?}: {message}"
-            );
-        }
-    }
-    // The token file's content is a credential too, though the kubeconfig never shows it.
-    secrets.push(token_text);
-    // A credential is made of token characters (a bearer token, base64 key data): a value of
-    // other characters (spaces, non-ASCII) under a credential key is no header's token, and the
-    // same text elsewhere in the file (a context's name) may rightly be quoted.
-    let token_like = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+/=_-.".contains(&b))
-    };
-    // The scratch folder's paths are long runs of token characters too, and no credential.
-    let scratch = dir().to_str().unwrap();
-    for secret in secrets.iter().filter(|s| {
-        s.len() >= 8 && token_like(s) && !s.contains(scratch) && !scratch.contains(s.as_str())
-    }) {
-        if "read the kubeconfig : it is not a valid kubeconfig (YAML error at line , column )"
-            .contains(secret.as_str())
-        {
-            continue;
-        }
-        assert!(
-            !shown.contains(secret.as_str()),
-            "the error repeats a credential {secret:?}: {message}"
-        );
-    }
-    let _ = redact(&message, &secrets);
+        let _ = redact(&message, &secrets);
+    })
 });

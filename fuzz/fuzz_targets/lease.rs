@@ -148,19 +148,20 @@ struct Seen {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unstructured::new(data);
-    let mut answers = Vec::new();
-    for _ in 0..u.int_in_range(1..=10).unwrap_or(1) {
-        match answer(&mut u) {
-            Ok(a) => answers.push(a),
-            Err(_) => break,
+    fuzzing::alloc::held_to(fuzzing::alloc::CELL, data.len(), || {
+        let mut u = Unstructured::new(data);
+        let mut answers = Vec::new();
+        for _ in 0..u.int_in_range(1..=10).unwrap_or(1) {
+            match answer(&mut u) {
+                Ok(a) => answers.push(a),
+                Err(_) => break,
+            }
         }
-    }
-    let config = LeaderElection::new(NAMESPACE);
-    let default_duration = config.lease_duration;
-    let cell = Plane::new(answers);
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    cell.on_request({
+        let config = LeaderElection::new(NAMESPACE);
+        let default_duration = config.lease_duration;
+        let cell = Plane::new(answers);
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        cell.on_request({
         let seen = seen.clone();
         move |sent, answer| {
             let mut seen = seen.lock().unwrap();
@@ -205,16 +206,17 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     });
-    let rt = fuzzing::runtime();
-    rt.block_on(async {
-        let (shared, _writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
-        let api: Api<Lease> = Api::namespaced(cell.client(1 << 20), NAMESPACE);
-        let elector = Elector::new(api, config, ME.to_string(), shared);
-        tokio::time::timeout(
-            Duration::from_secs(24 * 3600),
-            elector.run(cell.exhausted()),
-        )
-        .await
-        .expect("the elector stops once the cell's answers run out");
-    });
+        let rt = fuzzing::runtime();
+        rt.block_on(async {
+            let (shared, _writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
+            let api: Api<Lease> = Api::namespaced(cell.client(1 << 20), NAMESPACE);
+            let elector = Elector::new(api, config, ME.to_string(), shared);
+            tokio::time::timeout(
+                Duration::from_secs(24 * 3600),
+                elector.run(cell.exhausted()),
+            )
+            .await
+            .expect("the elector stops once the cell's answers run out");
+        });
+    })
 });

@@ -68,42 +68,44 @@ fn agree(lean: &EgressShard, full: &EgressShard) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() >= MAX_CELL_ANSWER {
-        return;
-    }
-    let lean = serde_json::from_slice::<ObjectList<WatchedShard>>(data);
-    if let Ok(full) = serde_json::from_slice::<ObjectList<EgressShard>>(data) {
-        match &lean {
-            Ok(lean) => {
-                assert_eq!(lean.items.len(), full.items.len());
-                assert_eq!(lean.metadata.continue_, full.metadata.continue_);
-                for (l, f) in lean.items.iter().zip(&full.items) {
-                    agree(&l.0, f);
+    fuzzing::alloc::held_to(fuzzing::alloc::CELL, data.len(), || {
+        if data.len() >= MAX_CELL_ANSWER {
+            return;
+        }
+        let lean = serde_json::from_slice::<ObjectList<WatchedShard>>(data);
+        if let Ok(full) = serde_json::from_slice::<ObjectList<EgressShard>>(data) {
+            match &lean {
+                Ok(lean) => {
+                    assert_eq!(lean.items.len(), full.items.len());
+                    assert_eq!(lean.metadata.continue_, full.metadata.continue_);
+                    for (l, f) in lean.items.iter().zip(&full.items) {
+                        agree(&l.0, f);
+                    }
                 }
+                // A key twice in one object: the full type keeps the last, the lean decoder refuses
+                // the page, naming the field. No API server sends one (Go's encoder never writes it).
+                Err(e) if e.to_string().contains("duplicate field") => {}
+                Err(e) => panic!("the lean decoder refuses what the full type reads: {e}"),
             }
-            // A key twice in one object: the full type keeps the last, the lean decoder refuses
-            // the page, naming the field. No API server sends one (Go's encoder never writes it).
-            Err(e) if e.to_string().contains("duplicate field") => {}
-            Err(e) => panic!("the lean decoder refuses what the full type reads: {e}"),
         }
-    }
-    if let Ok(page) = &lean {
-        for shard in &page.items {
-            judge(&shard.0);
+        if let Ok(page) = &lean {
+            for shard in &page.items {
+                judge(&shard.0);
+            }
         }
-    }
-    if let Ok(one) = serde_json::from_slice::<WatchedShard>(data) {
-        judge(&one.0);
-    }
-    let plane = Plane::new([Answer::new(200, data.to_vec())]);
-    let rt = fuzzing::runtime();
-    let listed = rt.block_on(async {
-        let api: Api<WatchedShard> = Api::all(plane.client(MAX_CELL_ANSWER));
-        api.list(&ListParams::default().limit(500)).await
-    });
-    if let Ok(page) = listed {
-        for shard in &page.items {
-            judge(&shard.0);
+        if let Ok(one) = serde_json::from_slice::<WatchedShard>(data) {
+            judge(&one.0);
         }
-    }
+        let plane = Plane::new([Answer::new(200, data.to_vec())]);
+        let rt = fuzzing::runtime();
+        let listed = rt.block_on(async {
+            let api: Api<WatchedShard> = Api::all(plane.client(MAX_CELL_ANSWER));
+            api.list(&ListParams::default().limit(500)).await
+        });
+        if let Ok(page) = listed {
+            for shard in &page.items {
+                judge(&shard.0);
+            }
+        }
+    })
 });

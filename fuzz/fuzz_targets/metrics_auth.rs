@@ -157,83 +157,85 @@ fn answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unstructured::new(data);
-    if let Ok(text) = String::arbitrary(&mut u) {
-        let _ = parse_bind_address(&text);
-        let _ = wants_openmetrics(&text);
-    }
-    let mut answers = Vec::new();
-    for _ in 0..u.int_in_range(0..=6).unwrap_or(0) {
-        match answer(&mut u) {
-            Ok(a) => answers.push(a),
-            Err(_) => break,
+    fuzzing::alloc::held_to(fuzzing::alloc::CELL, data.len(), || {
+        let mut u = Unstructured::new(data);
+        if let Ok(text) = String::arbitrary(&mut u) {
+            let _ = parse_bind_address(&text);
+            let _ = wants_openmetrics(&text);
         }
-    }
-    let mut requests = Vec::new();
-    for _ in 0..u.int_in_range(1..=4).unwrap_or(1) {
-        let (Ok(h), Ok(wait)) = (headers(&mut u), u.int_in_range(0u64..=90)) else {
-            break;
-        };
-        requests.push((h, wait));
-    }
-    // A token the cell's own answers repeat (a user named after it) may come back in a 403.
-    let answered: Vec<u8> = answers
-        .iter()
-        .flat_map(|a| a.body.iter().copied())
-        .collect();
-    let cell = Plane::new(answers);
-    let rt = fuzzing::runtime();
-    rt.block_on(async {
-        let auth = Arc::new(MetricsAuth::new(cell.client(1 << 20), fuzzing::metrics()));
-        let registry = Arc::new(prometheus_client::registry::Registry::default());
-        let app = router(auth, registry);
-        for (headers, wait) in requests {
-            tokio::time::advance(Duration::from_secs(wait)).await;
-            if let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
-                let _ = wants_openmetrics(accept);
+        let mut answers = Vec::new();
+        for _ in 0..u.int_in_range(0..=6).unwrap_or(0) {
+            match answer(&mut u) {
+                Ok(a) => answers.push(a),
+                Err(_) => break,
             }
-            let token = bearer_token(&headers).map(str::to_string);
-            let asked_before = cell.sent().len();
-            let mut request = Request::get("/metrics").body(Body::empty()).unwrap();
-            *request.headers_mut() = headers;
-            let response = app
-                .clone()
-                .oneshot(request)
-                .await
-                .expect("the router answers");
-            let status = response.status();
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            let sent = cell.sent();
-            let Some(token) = token else {
-                assert_eq!(status, StatusCode::UNAUTHORIZED);
-                assert_eq!(sent.len(), asked_before, "no token, no review");
-                continue;
+        }
+        let mut requests = Vec::new();
+        for _ in 0..u.int_in_range(1..=4).unwrap_or(1) {
+            let (Ok(h), Ok(wait)) = (headers(&mut u), u.int_in_range(0u64..=90)) else {
+                break;
             };
-            assert!(
-                [
-                    StatusCode::OK,
-                    StatusCode::UNAUTHORIZED,
-                    StatusCode::FORBIDDEN,
-                    StatusCode::SERVICE_UNAVAILABLE
-                ]
-                .contains(&status),
-                "{status}"
-            );
-            let reviewed = sent.iter().any(|s| {
-                serde_json::from_slice::<TokenReview>(&s.body)
-                    .is_ok_and(|r| r.spec.token.as_deref() == Some(token.as_str()))
-            });
-            if status == StatusCode::OK {
-                assert!(reviewed, "allowed without a review of this token");
-            }
-            let echoed = answered.windows(token.len()).any(|w| w == token.as_bytes());
-            if status != StatusCode::OK && token.len() >= 6 && !echoed {
-                let text = String::from_utf8_lossy(&body);
-                assert!(
-                    !text.contains(&token),
-                    "the answer repeats the token: {text}"
-                );
-            }
+            requests.push((h, wait));
         }
-    });
+        // A token the cell's own answers repeat (a user named after it) may come back in a 403.
+        let answered: Vec<u8> = answers
+            .iter()
+            .flat_map(|a| a.body.iter().copied())
+            .collect();
+        let cell = Plane::new(answers);
+        let rt = fuzzing::runtime();
+        rt.block_on(async {
+            let auth = Arc::new(MetricsAuth::new(cell.client(1 << 20), fuzzing::metrics()));
+            let registry = Arc::new(prometheus_client::registry::Registry::default());
+            let app = router(auth, registry);
+            for (headers, wait) in requests {
+                tokio::time::advance(Duration::from_secs(wait)).await;
+                if let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+                    let _ = wants_openmetrics(accept);
+                }
+                let token = bearer_token(&headers).map(str::to_string);
+                let asked_before = cell.sent().len();
+                let mut request = Request::get("/metrics").body(Body::empty()).unwrap();
+                *request.headers_mut() = headers;
+                let response = app
+                    .clone()
+                    .oneshot(request)
+                    .await
+                    .expect("the router answers");
+                let status = response.status();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                let sent = cell.sent();
+                let Some(token) = token else {
+                    assert_eq!(status, StatusCode::UNAUTHORIZED);
+                    assert_eq!(sent.len(), asked_before, "no token, no review");
+                    continue;
+                };
+                assert!(
+                    [
+                        StatusCode::OK,
+                        StatusCode::UNAUTHORIZED,
+                        StatusCode::FORBIDDEN,
+                        StatusCode::SERVICE_UNAVAILABLE
+                    ]
+                    .contains(&status),
+                    "{status}"
+                );
+                let reviewed = sent.iter().any(|s| {
+                    serde_json::from_slice::<TokenReview>(&s.body)
+                        .is_ok_and(|r| r.spec.token.as_deref() == Some(token.as_str()))
+                });
+                if status == StatusCode::OK {
+                    assert!(reviewed, "allowed without a review of this token");
+                }
+                let echoed = answered.windows(token.len()).any(|w| w == token.as_bytes());
+                if status != StatusCode::OK && token.len() >= 6 && !echoed {
+                    let text = String::from_utf8_lossy(&body);
+                    assert!(
+                        !text.contains(&token),
+                        "the answer repeats the token: {text}"
+                    );
+                }
+            }
+        });
+    })
 });

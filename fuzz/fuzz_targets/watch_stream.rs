@@ -137,57 +137,59 @@ fn watch_answer(u: &mut Unstructured<'_>) -> arbitrary::Result<Answer> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unstructured::new(data);
-    let (mut lists, mut watches) = (VecDeque::new(), VecDeque::new());
-    for _ in 0..u.int_in_range(1..=8).unwrap_or(1) {
-        let next = if u.ratio(1, 2).unwrap_or(false) {
-            list_answer(&mut u).map(|a| lists.push_back(a))
-        } else {
-            watch_answer(&mut u).map(|a| watches.push_back(a))
-        };
-        if next.is_err() {
-            break;
+    fuzzing::alloc::held_to(fuzzing::alloc::CELL, data.len(), || {
+        let mut u = Unstructured::new(data);
+        let (mut lists, mut watches) = (VecDeque::new(), VecDeque::new());
+        for _ in 0..u.int_in_range(1..=8).unwrap_or(1) {
+            let next = if u.ratio(1, 2).unwrap_or(false) {
+                list_answer(&mut u).map(|a| lists.push_back(a))
+            } else {
+                watch_answer(&mut u).map(|a| watches.push_back(a))
+            };
+            if next.is_err() {
+                break;
+            }
         }
-    }
-    // Every shard name the cell sends appears in some answer's bytes.
-    let sent_bytes: Vec<u8> = lists
-        .iter()
-        .chain(watches.iter())
-        .flat_map(|a: &Answer| a.body.iter().copied())
-        .collect();
-    let cell = Plane::routed(vec![lists, watches], route);
-    let rt = fuzzing::runtime();
-    let names = rt.block_on(async {
-        let (shared, writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
-        shared
-            .leader
-            .grant(tokio::time::Instant::now() + Duration::from_secs(3600));
-        let api = Watch::api(cell.client(MAX_CELL_ANSWER), None);
-        let watch = Watch::new(api, writer, shared.clone());
-        let stop = cell.exhausted();
-        tokio::time::timeout(Duration::from_secs(24 * 3600), watch.run(stop))
-            .await
-            .expect("the watch stops once the cell's answers run out");
-        shared
-            .store
-            .state()
+        // Every shard name the cell sends appears in some answer's bytes.
+        let sent_bytes: Vec<u8> = lists
             .iter()
-            .map(|c| c.key().name.to_string())
-            .collect::<HashSet<_>>()
-    });
-    // Escapes would let a name stand in the bytes in another spelling.
-    if sent_bytes.contains(&b'\\') {
-        return;
-    }
-    for name in names {
-        let quoted = serde_json::to_string(&name).unwrap();
-        let raw = quoted.trim_matches('"');
-        assert!(
-            sent_bytes
-                .windows(raw.len().max(1))
-                .any(|w| w == raw.as_bytes())
-                || name.is_empty(),
-            "the cache holds {name:?}, which the cell never sent"
-        );
-    }
+            .chain(watches.iter())
+            .flat_map(|a: &Answer| a.body.iter().copied())
+            .collect();
+        let cell = Plane::routed(vec![lists, watches], route);
+        let rt = fuzzing::runtime();
+        let names = rt.block_on(async {
+            let (shared, writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
+            shared
+                .leader
+                .grant(tokio::time::Instant::now() + Duration::from_secs(3600));
+            let api = Watch::api(cell.client(MAX_CELL_ANSWER), None);
+            let watch = Watch::new(api, writer, shared.clone());
+            let stop = cell.exhausted();
+            tokio::time::timeout(Duration::from_secs(24 * 3600), watch.run(stop))
+                .await
+                .expect("the watch stops once the cell's answers run out");
+            shared
+                .store
+                .state()
+                .iter()
+                .map(|c| c.key().name.to_string())
+                .collect::<HashSet<_>>()
+        });
+        // Escapes would let a name stand in the bytes in another spelling.
+        if sent_bytes.contains(&b'\\') {
+            return;
+        }
+        for name in names {
+            let quoted = serde_json::to_string(&name).unwrap();
+            let raw = quoted.trim_matches('"');
+            assert!(
+                sent_bytes
+                    .windows(raw.len().max(1))
+                    .any(|w| w == raw.as_bytes())
+                    || name.is_empty(),
+                "the cache holds {name:?}, which the cell never sent"
+            );
+        }
+    })
 });

@@ -5,6 +5,11 @@
 //! Nothing here decodes or decides anything: every target hands the bytes to the controller's own
 //! functions. A body is served cut into the chunks the fuzzer chose, and may end with the
 //! connection cut, so a decoder sees an answer split anywhere.
+//!
+//! Every target runs each input inside [`alloc::held_to`], which holds the heap the input makes
+//! live at once to the cap of the answers it stands for.
+
+pub mod alloc;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
