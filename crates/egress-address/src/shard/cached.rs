@@ -15,6 +15,10 @@
 //! patch.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::net::Ipv6Addr;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use egress_api::shard::{
     AddressClaimRef, EgressShard, EgressShardSpec, LABEL_EGRESS_IPV6, LABEL_VALUE_FAMILY_SERVED,
@@ -23,25 +27,156 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::runtime::reflector::Lookup;
 
-use super::ShardKey;
+use super::{ShardKey, intern};
 
 /// One cached shard. Cheap to look up by name; [`CachedShard::shard`] gives the fields a
 /// decision reads.
-#[derive(Clone, Debug)]
+///
+/// Paid 100,000 times, so packed: the UID, resourceVersion and address are kept as the 16, 8 and
+/// 16 bytes they are when their text is exactly what those bytes print as (a lowercase UUID, a
+/// decimal without leading zeros, an address as `Ipv6Addr` prints it), which is how the API
+/// server and this controller write them. Any other text is kept as written, in [`Rare`]: events
+/// and drift quote it, and a resourceVersion is a precondition the API server compares as text.
+#[derive(Clone)]
 pub struct CachedShard {
     /// Shared with the per-shard memory and the queue (see [`ShardKey`]).
     key: ShardKey,
-    uid: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
-    deletion_timestamp: Option<Time>,
+    claim_ref: Option<ClaimRef>,
+    /// Boxed, so that the shards without a deletionTimestamp or an odd text pay one pointer.
+    rare: Option<Box<Rare>>,
+    /// Each of these three means something only if its `*_packed` flag is set.
+    resource_version: u64,
+    /// Bytes rather than a `u128`, whose alignment would pad the record.
+    uid: [u8; 16],
+    address: Ipv6Addr,
+    resource_version_packed: bool,
+    uid_packed: bool,
+    address_packed: bool,
     /// The served label (`network.datumapis.com/egress-ipv6: "true"`) is set; no other label
     /// decides anything.
     served: bool,
-    /// `spec.shardAddressIPv6` as the cell has it (empty: none); kept as written, since drift and
-    /// events quote it.
-    address: Box<str>,
-    /// `spec.shardAddressIPv6ClaimRef`, as its JSON: one allocation instead of five strings.
-    claim_ref: Option<Box<str>>,
+}
+
+/// What a [`CachedShard`] keeps only when it has it.
+#[derive(Clone, Debug, Default)]
+struct Rare {
+    deletion_timestamp: Option<Time>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    /// `spec.shardAddressIPv6` as written; never empty (empty is no address).
+    address: Option<Box<str>>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.deletion_timestamp.is_none()
+            && self.uid.is_none()
+            && self.resource_version.is_none()
+            && self.address.is_none()
+    }
+}
+
+/// `spec.shardAddressIPv6ClaimRef`: its name, and the four fields every shard of a cell repeats.
+#[derive(Clone, Debug)]
+struct ClaimRef {
+    scope: Arc<ClaimScope>,
+    name: Box<str>,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ClaimScope {
+    api_group: Arc<str>,
+    kind: Arc<str>,
+    project: Arc<str>,
+    namespace: Arc<str>,
+}
+
+impl ClaimRef {
+    fn new(r: &AddressClaimRef) -> Self {
+        // Interned as a whole, so that a shard pays one pointer for the four; never emptied,
+        // like [`intern`], which is fine for the few combinations a cell has. The strings are
+        // interned first so that finding the scope allocates nothing.
+        static SCOPES: LazyLock<Mutex<HashSet<Arc<ClaimScope>>>> = LazyLock::new(Mutex::default);
+        let wanted = ClaimScope {
+            api_group: intern(&r.api_group),
+            kind: intern(&r.kind),
+            project: intern(&r.project),
+            namespace: intern(&r.namespace),
+        };
+        let mut scopes = crate::sync::lock(&SCOPES);
+        let scope = match scopes.get(&wanted) {
+            Some(scope) => scope.clone(),
+            None => {
+                let scope = Arc::new(wanted);
+                scopes.insert(scope.clone());
+                scope
+            }
+        };
+        Self {
+            scope,
+            name: r.name.as_str().into(),
+        }
+    }
+
+    fn to_ref(&self) -> AddressClaimRef {
+        let s = &*self.scope;
+        AddressClaimRef {
+            api_group: s.api_group.to_string(),
+            kind: s.kind.to_string(),
+            project: s.project.to_string(),
+            namespace: s.namespace.to_string(),
+            name: self.name.to_string(),
+        }
+    }
+}
+
+/// The UUID `text` is, if it is written exactly as [`uuid_text`] writes it.
+fn pack_uuid(text: &str) -> Option<[u8; 16]> {
+    const DASHES: [usize; 4] = [8, 13, 18, 23];
+    let t = text.as_bytes();
+    if t.len() != 36 || DASHES.iter().any(|&i| t[i] != b'-') {
+        return None;
+    }
+    let mut digits = t
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !DASHES.contains(i))
+        .map(|(_, &c)| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        });
+    let mut uuid = [0; 16];
+    for byte in &mut uuid {
+        *byte = (digits.next()?? << 4) | digits.next()??;
+    }
+    Some(uuid)
+}
+
+fn uuid_text(uuid: &[u8; 16]) -> String {
+    let mut text = String::with_capacity(36);
+    for (i, byte) in uuid.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
+}
+
+/// The number `text` is, if it is written exactly as `u64` prints it.
+fn pack_decimal(text: &str) -> Option<u64> {
+    let canonical =
+        text.bytes().all(|c| c.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+    canonical.then(|| text.parse().ok()).flatten()
+}
+
+/// The address `text` is, if it is written exactly as `Ipv6Addr` prints it.
+fn pack_address(text: &str) -> Option<Ipv6Addr> {
+    text.parse::<Ipv6Addr>()
+        .ok()
+        .filter(|a| a.to_string() == text)
 }
 
 impl CachedShard {
@@ -53,52 +188,87 @@ impl CachedShard {
     /// What the cache keeps of `shard`, whose key is `key` (its strings shared).
     pub fn with_key(key: ShardKey, shard: &EgressShard) -> Self {
         let m = &shard.metadata;
-        let boxed = |s: &Option<String>| s.as_deref().map(Box::<str>::from);
         let served = m
             .labels
             .as_ref()
             .and_then(|l| l.get(LABEL_EGRESS_IPV6))
             .is_some_and(|v| v == LABEL_VALUE_FAMILY_SERVED);
-        // Serializing a claim ref cannot fail: every field is a string.
-        let claim_ref = shard
-            .spec
-            .shard_address_ipv6_claim_ref
-            .as_ref()
-            .and_then(|r| serde_json::to_string(r).ok())
-            .map(String::into_boxed_str);
+        // Each: absent, packed (`Ok`) or kept as written (`Err`).
+        let uid = m.uid.as_deref().map(|t| pack_uuid(t).ok_or(t));
+        let resource_version = m
+            .resource_version
+            .as_deref()
+            .map(|t| pack_decimal(t).ok_or(t));
+        let address = Some(shard.spec.shard_address_ipv6.as_str())
+            .filter(|t| !t.is_empty())
+            .map(|t| pack_address(t).ok_or(t));
+        fn text<T>(v: Option<Result<T, &str>>) -> Option<Box<str>> {
+            v.and_then(Result::err).map(Box::from)
+        }
+        let rare = Rare {
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            uid: text(uid),
+            resource_version: text(resource_version),
+            address: text(address),
+        };
         Self {
             key,
-            uid: boxed(&m.uid),
-            resource_version: boxed(&m.resource_version),
-            deletion_timestamp: m.deletion_timestamp.clone(),
+            claim_ref: shard
+                .spec
+                .shard_address_ipv6_claim_ref
+                .as_ref()
+                .map(ClaimRef::new),
+            rare: (!rare.is_empty()).then(|| Box::new(rare)),
+            resource_version: resource_version.and_then(Result::ok).unwrap_or_default(),
+            uid: uid.and_then(Result::ok).unwrap_or_default(),
+            address: address
+                .and_then(Result::ok)
+                .unwrap_or(Ipv6Addr::UNSPECIFIED),
+            resource_version_packed: matches!(resource_version, Some(Ok(_))),
+            uid_packed: matches!(uid, Some(Ok(_))),
+            address_packed: matches!(address, Some(Ok(_))),
             served,
-            address: shard.spec.shard_address_ipv6.as_str().into(),
-            claim_ref,
+        }
+    }
+
+    fn rare(&self) -> Option<&Rare> {
+        self.rare.as_deref()
+    }
+
+    /// `metadata.uid` as written.
+    fn uid_text(&self) -> Option<Cow<'_, str>> {
+        match self.rare().and_then(|r| r.uid.as_deref()) {
+            Some(text) => Some(Cow::Borrowed(text)),
+            None => self.uid_packed.then(|| uuid_text(&self.uid).into()),
+        }
+    }
+
+    /// `spec.shardAddressIPv6` as written; empty when the shard has none.
+    fn address_text(&self) -> Cow<'_, str> {
+        match self.rare().and_then(|r| r.address.as_deref()) {
+            Some(text) => Cow::Borrowed(text),
+            None if self.address_packed => self.address.to_string().into(),
+            None => Cow::Borrowed(""),
         }
     }
 
     /// The shard as far as a decision reads it: key, UID, resourceVersion, deletionTimestamp, the
-    /// served label, address and claim ref; every other field empty. `None` only if the kept
-    /// claim ref does not decode, which one written by [`CachedShard::new`] always does; a
-    /// caller then treats the shard as not cached (and never writes from it).
+    /// served label, address and claim ref; every other field empty. Always `Some` (an `Option`
+    /// for callers that treat a shard it cannot give back as not cached).
     pub fn shard(&self) -> Option<EgressShard> {
-        let claim_ref = match &self.claim_ref {
-            Some(json) => Some(serde_json::from_str::<AddressClaimRef>(json).ok()?),
-            None => None,
-        };
         let mut s = EgressShard::new(
             &self.key.name,
             EgressShardSpec {
-                shard_address_ipv6: self.address.to_string(),
-                shard_address_ipv6_claim_ref: claim_ref,
+                shard_address_ipv6: self.address_text().into_owned(),
+                shard_address_ipv6_claim_ref: self.claim_ref.as_ref().map(ClaimRef::to_ref),
                 ..Default::default()
             },
         );
         let m = &mut s.metadata;
         m.namespace = (!self.key.namespace.is_empty()).then(|| self.key.namespace.to_string());
-        m.uid = self.uid.as_deref().map(str::to_string);
-        m.resource_version = self.resource_version.as_deref().map(str::to_string);
-        m.deletion_timestamp = self.deletion_timestamp.clone();
+        m.uid = self.uid_text().map(Cow::into_owned);
+        m.resource_version = self.resource_version().map(Cow::into_owned);
+        m.deletion_timestamp = self.rare().and_then(|r| r.deletion_timestamp.clone());
         if self.served {
             m.labels = Some(
                 [(
@@ -114,25 +284,51 @@ impl CachedShard {
     pub fn key(&self) -> ShardKey {
         self.key.clone()
     }
-
     /// Whether the shard carries an address and the ref to its claim.
     pub fn is_addressed(&self) -> bool {
-        !self.address.is_empty() && self.claim_ref.is_some()
+        let has_address = self.address_packed || self.rare().is_some_and(|r| r.address.is_some());
+        has_address && self.claim_ref.is_some()
     }
 
-    pub fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+    /// `metadata.resourceVersion` as written.
+    pub fn resource_version(&self) -> Option<Cow<'_, str>> {
+        match self.rare().and_then(|r| r.resource_version.as_deref()) {
+            Some(text) => Some(Cow::Borrowed(text)),
+            None => self
+                .resource_version_packed
+                .then(|| self.resource_version.to_string().into()),
+        }
     }
 
-    /// The bytes this record holds on the heap, besides itself: what the cache pays per shard.
+    /// The bytes this record alone holds on the heap, besides itself: what the cache pays per
+    /// shard, allocator rounding aside. What is interned (the namespace, a claim ref's scope) is
+    /// shared by every shard and not counted.
     pub fn heap_bytes(&self) -> usize {
         let len = |s: &Option<Box<str>>| s.as_deref().map_or(0, str::len);
-        self.key.namespace.len()
-            + self.key.name.len()
-            + len(&self.uid)
-            + len(&self.resource_version)
-            + self.address.len()
-            + len(&self.claim_ref)
+        // An `Arc<str>` keeps its two counts before the text.
+        let name = 2 * size_of::<usize>() + self.key.name.len();
+        let claim_name = self.claim_ref.as_ref().map_or(0, |c| c.name.len());
+        let rare = self.rare().map_or(0, |r| {
+            size_of::<Rare>() + len(&r.uid) + len(&r.resource_version) + len(&r.address)
+        });
+        name + claim_name + rare
+    }
+}
+
+impl std::fmt::Debug for CachedShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedShard")
+            .field("key", &self.key)
+            .field("uid", &self.uid_text())
+            .field("resource_version", &self.resource_version())
+            .field(
+                "deletion_timestamp",
+                &self.rare().and_then(|r| r.deletion_timestamp.as_ref()),
+            )
+            .field("served", &self.served)
+            .field("address", &self.address_text())
+            .field("claim_ref", &self.claim_ref)
+            .finish()
     }
 }
 
@@ -255,7 +451,7 @@ mod tests {
         assert_eq!(back.spec.shard_address_ipv6, "2001:db8::1");
         assert_eq!(back.spec.shard_address_ipv6_claim_ref, Some(claim_ref()));
         assert_eq!(cached.key(), ShardKey::new("ns", "s"));
-        assert_eq!(cached.resource_version(), Some("7"));
+        assert_eq!(cached.resource_version().as_deref(), Some("7"));
         assert!(cached.is_addressed());
     }
 
@@ -269,7 +465,7 @@ mod tests {
         assert!(small.heap_bytes() < 200, "{}", small.heap_bytes());
         // A new field is a cost paid 100,000 times: it has to be one a decision reads.
         assert!(
-            std::mem::size_of::<CachedShard>() <= 128,
+            std::mem::size_of::<CachedShard>() <= 112,
             "{}",
             std::mem::size_of::<CachedShard>()
         );
@@ -319,5 +515,154 @@ mod tests {
             ("s", Some("ns"))
         );
         assert_eq!((key.extra.uid, key.extra.resource_version), (None, None));
+    }
+
+    /// Asserts that the cache gives back `s`'s UID, resourceVersion and address exactly as
+    /// written; whether it packed every one of them.
+    fn packs(s: &EgressShard) -> bool {
+        let cached = CachedShard::new(s);
+        let back = cached.shard().unwrap();
+        let m = &s.metadata;
+        assert_eq!(back.metadata.uid, m.uid);
+        assert_eq!(back.metadata.resource_version, m.resource_version);
+        assert_eq!(
+            cached.resource_version().as_deref(),
+            m.resource_version.as_deref()
+        );
+        assert_eq!(back.spec.shard_address_ipv6, s.spec.shard_address_ipv6);
+        cached.rare.is_none()
+    }
+
+    #[test]
+    fn a_shard_as_the_api_server_writes_it_is_packed_whole() {
+        let mut s = shard(0);
+        s.metadata.name = Some("egress-shard-node-a1b2c3".into());
+        s.metadata.uid = Some("0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1b24".into());
+        s.metadata.resource_version = Some("4817263".into());
+        s.spec.shard_address_ipv6 = "2001:db8:0:1::2a".into();
+        let mut r = claim_ref();
+        r.name = "egress-shard-node-a1b2c3-ipv6-0123456789abcdef0123".into();
+        s.spec.shard_address_ipv6_claim_ref = Some(r.clone());
+        assert!(packs(&s));
+        let cached = CachedShard::new(&s);
+        assert_eq!(
+            cached.shard().unwrap().spec.shard_address_ipv6_claim_ref,
+            Some(r)
+        );
+        assert!(cached.is_addressed());
+        // The name (after its `Arc` counts) and the claim's name: nothing else is the shard's own.
+        assert_eq!(cached.heap_bytes(), 16 + 24 + 50);
+    }
+
+    #[test]
+    fn a_uid_comes_back_as_written() {
+        let mut s = shard(0);
+        for uid in [
+            "0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1b24",
+            "00000000-0000-0000-0000-000000000000",
+            "ffffffff-ffff-ffff-ffff-ffffffffffff",
+        ] {
+            s.metadata.uid = Some(uid.into());
+            assert!(packs(&s), "{uid}");
+        }
+        for uid in [
+            "0B7F3A52-9C1E-4D2A-8F6B-3E5D7C9A1B24",
+            "0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1B24",
+            "{0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1b24}",
+            "0b7f3a529c1e4d2a8f6b3e5d7c9a1b24",
+            "0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1b2",
+            "0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1b2g",
+            "0b7f3a52+9c1e-4d2a-8f6b-3e5d7c9a1b24",
+            "0b7f3a5-29c1e-4d2a-8f6b-3e5d7c9a1b24",
+            "u-1",
+            "",
+        ] {
+            s.metadata.uid = Some(uid.into());
+            assert!(!packs(&s), "{uid}");
+        }
+        s.metadata.uid = None;
+        s.metadata.resource_version = None;
+        assert!(packs(&s), "nothing to keep");
+    }
+
+    #[test]
+    fn a_resource_version_comes_back_as_written() {
+        let mut s = shard(0);
+        s.metadata.uid = None;
+        for rv in ["0", "7", "4817263", "18446744073709551615"] {
+            s.metadata.resource_version = Some(rv.into());
+            assert!(packs(&s), "{rv}");
+        }
+        for rv in [
+            "007",
+            "00",
+            "+7",
+            "-1",
+            " 7",
+            "7 ",
+            "1e3",
+            "18446744073709551616",
+            "abc",
+            "",
+        ] {
+            s.metadata.resource_version = Some(rv.into());
+            assert!(!packs(&s), "{rv}");
+        }
+    }
+
+    #[test]
+    fn an_address_comes_back_as_written() {
+        let mut s = shard(0);
+        s.metadata.uid = None;
+        for address in [
+            "2001:db8::1",
+            "2001:db8:0:1::2a",
+            "::",
+            "::ffff:192.0.2.1",
+            "",
+        ] {
+            s.spec.shard_address_ipv6 = address.into();
+            assert!(packs(&s), "{address}");
+        }
+        for address in [
+            "2001:DB8::1",
+            "2001:0db8::1",
+            "2001:db8:0:0:0:0:0:1",
+            "::ffff:c000:201",
+            "0::0",
+            " 2001:db8::1",
+            "2001:db8::1%eth0",
+            "192.0.2.1",
+            "not an address",
+        ] {
+            s.spec.shard_address_ipv6 = address.into();
+            assert!(!packs(&s), "{address}");
+            assert!(CachedShard::new(&s).is_addressed(), "{address}");
+        }
+    }
+
+    #[test]
+    fn claim_refs_share_all_but_their_name() {
+        let mut s = shard(0);
+        let a = CachedShard::new(&s);
+        s.spec.shard_address_ipv6_claim_ref.as_mut().unwrap().name = "other".into();
+        let b = CachedShard::new(&s);
+        s.spec
+            .shard_address_ipv6_claim_ref
+            .as_mut()
+            .unwrap()
+            .project = "q".into();
+        let c = CachedShard::new(&s);
+        let scope = |c: &CachedShard| c.claim_ref.as_ref().unwrap().scope.clone();
+        assert!(Arc::ptr_eq(&scope(&a), &scope(&b)));
+        assert!(!Arc::ptr_eq(&scope(&a), &scope(&c)));
+        assert_eq!(
+            c.shard().unwrap().spec.shard_address_ipv6_claim_ref,
+            s.spec.shard_address_ipv6_claim_ref
+        );
+        assert_eq!(
+            a.shard().unwrap().spec.shard_address_ipv6_claim_ref,
+            Some(claim_ref())
+        );
     }
 }

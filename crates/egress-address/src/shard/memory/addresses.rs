@@ -95,7 +95,7 @@ impl AddressBook<'_> {
         if let Some(other) = inner
             .holders
             .get(&address)
-            .and_then(|keys| keys.iter().find(|k| *k != key))
+            .and_then(|holders| holders.keys().iter().find(|k| *k != key))
         {
             return Err(other.clone());
         }

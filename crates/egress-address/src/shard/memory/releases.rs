@@ -158,7 +158,7 @@ impl Releases<'_> {
         let mut inner = self.0.lock();
         let mut taken = Vec::new();
         for h in handed {
-            let key = ShardKey::new(h.namespace, h.name);
+            let key = ShardKey::interned(&h.namespace, &h.name);
             inner.seq += 1;
             let gone = Gone {
                 uid: h.uid,
