@@ -208,7 +208,7 @@ fuzz_target!(|data: &[u8]| {
     });
         let rt = fuzzing::runtime();
         rt.block_on(async {
-            let (shared, _writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
+            let shared = fuzzing::shared(Plane::new([]).client(1 << 20));
             let api: Api<Lease> = Api::namespaced(cell.client(1 << 20), NAMESPACE);
             let elector = Elector::new(api, config, ME.to_string(), shared);
             tokio::time::timeout(

@@ -159,21 +159,20 @@ fuzz_target!(|data: &[u8]| {
         let cell = Plane::routed(vec![lists, watches], route);
         let rt = fuzzing::runtime();
         let names = rt.block_on(async {
-            let (shared, writer) = fuzzing::shared(Plane::new([]).client(1 << 20));
+            let shared = fuzzing::shared(Plane::new([]).client(1 << 20));
             shared
                 .leader
                 .grant(tokio::time::Instant::now() + Duration::from_secs(3600));
             let api = Watch::api(cell.client(MAX_CELL_ANSWER), None);
-            let watch = Watch::new(api, writer, shared.clone());
+            let watch = Watch::new(api, shared.clone());
             let stop = cell.exhausted();
             tokio::time::timeout(Duration::from_secs(24 * 3600), watch.run(stop))
                 .await
                 .expect("the watch stops once the cell's answers run out");
             shared
-                .store
-                .state()
-                .iter()
-                .map(|c| c.key().name.to_string())
+                .cache
+                .collect(|c| Some(c.key().name.to_string()))
+                .into_iter()
                 .collect::<HashSet<_>>()
         });
         // Escapes would let a name stand in the bytes in another spelling.

@@ -25,13 +25,12 @@ use egress_address::runtime::activity::Activity;
 use egress_address::runtime::readiness::Readiness;
 use egress_address::runtime::shared::Shared;
 use egress_address::runtime::token::LeaderToken;
-use egress_address::shard::{CachedShard, ShardMemory};
+use egress_address::shard::{ShardCache, ShardMemory};
 use futures::stream;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
-use kube::runtime::reflector::{self, store::Writer};
 use tokio_util::sync::CancellationToken;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -269,21 +268,19 @@ pub fn ipam(client: kube::Client) -> Ipam {
     )
 }
 
-/// The handles a running controller's tasks share, and the writer of its shard cache. Call inside
+/// The handles a running controller's tasks share (its shard cache among them). Call inside
 /// a runtime (the work queue starts a task).
-pub fn shared(ipam_client: kube::Client) -> (Shared, Writer<CachedShard>) {
+pub fn shared(ipam_client: kube::Client) -> Shared {
     let metrics = metrics();
-    let (store, writer) = reflector::store::<CachedShard>();
     let readiness = Arc::new(Readiness::new(ipam(ipam_client), metrics.clone()));
-    let shared = Shared::new(
-        store,
+    Shared::new(
+        ShardCache::new(),
         Arc::new(ShardMemory::new(metrics.clone())),
         LeaderToken::elected(),
         readiness,
         Arc::new(Activity::default()),
         metrics,
-    );
-    (shared, writer)
+    )
 }
 
 /// A short text from a small alphabet of name-like characters, sometimes any string: names that

@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use egress_api::shard::EgressShard;
 use kube::Client;
-use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::{debug, error, info};
 
 use crate::config::Settings;
@@ -25,7 +24,7 @@ use crate::ipam::Ipam;
 use crate::kube_status::{is_conflict, is_unauthorized};
 use crate::metrics::Metrics;
 use crate::shard::decide::{Decision, ShardPatch, decide};
-use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
+use crate::shard::{ShardCache, ShardKey, ShardMemory, ShardState};
 
 pub use note::{Note, reason};
 
@@ -66,7 +65,7 @@ pub struct Context {
     pub cell_id: String,
     pub cell: Client,
     pub ipam: Ipam,
-    pub store: Store<CachedShard>,
+    pub cache: ShardCache,
     pub memory: Arc<ShardMemory>,
     pub gate: Arc<dyn WriteGate>,
     pub metrics: Metrics,
@@ -155,11 +154,7 @@ async fn reconcile_key(
     key: &ShardKey,
     notes: &mut Vec<Note>,
 ) -> Result<Next, Error> {
-    let in_cache = || {
-        ctx.store
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
-            .and_then(|c| c.shard())
-    };
+    let in_cache = || ctx.cache.get(key).and_then(|c| c.shard());
     let gone = ctx.memory.releases().gone(key);
     let mut cached = in_cache();
     // The API server's word on the name, read at most once a pass: a release needs it, and so

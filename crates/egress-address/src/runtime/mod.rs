@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::runtime::reflector;
 use kube::{Api, Client};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +41,7 @@ use crate::ipam::breaker::Breaker;
 use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
 use crate::metrics::Metrics;
 use crate::reconcile::Context;
-use crate::shard::{CachedShard, ShardKey, ShardMemory};
+use crate::shard::{ShardCache, ShardKey, ShardMemory};
 use activity::Activity;
 use readiness::Readiness;
 use shared::Shared;
@@ -225,19 +224,25 @@ impl Controller {
         metrics.set_leader(leader.is_leader());
         metrics.set_max_concurrent_reconciles(settings.concurrency);
 
-        let (store, writer) = reflector::store::<CachedShard>();
-        let shared = Shared::new(store, memory, leader, readiness, activity, metrics);
+        let shared = Shared::new(
+            ShardCache::new(),
+            memory,
+            leader,
+            readiness,
+            activity,
+            metrics,
+        );
         let ctx = Arc::new(Context {
             settings: settings.clone(),
             cell_id: identified,
             cell: cell.clone(),
             ipam,
-            store: shared.store.clone(),
+            cache: shared.cache.clone(),
             memory: shared.memory.clone(),
             gate: Arc::new(shared.leader.clone()),
             metrics: shared.metrics.clone(),
         });
-        let tasks = Tasks::start(&settings, &cell, &shared, ctx, writer);
+        let tasks = Tasks::start(&settings, &cell, &shared, ctx);
 
         stop.cancelled().await;
         tasks.stop(settings.shutdown_grace).await;

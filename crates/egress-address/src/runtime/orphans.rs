@@ -33,7 +33,6 @@ use std::time::Duration;
 use egress_api::ipam::IPClaim;
 use kube::ResourceExt;
 use kube::api::ListParams;
-use kube::runtime::reflector::{Lookup, ObjectRef};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -45,14 +44,13 @@ use crate::ipam::orphans::{Marks, Standing, marks, standing};
 use crate::ipam::release::{Freed, ReleaseError, Vouch, live_shard, release, whose};
 use crate::ipam::spec::SCOPE_ROLE_LOCATION;
 use crate::reconcile::Context;
+use crate::shard::{ShardCache, ShardKey};
 
 /// The sweep's requests per second, on average, to IPAM and the cell together.
 pub const REQUESTS_PER_SECOND: f64 = 5.0;
 /// Claims per page of a list: a page must fit the bound on an answer from IPAM (1 MiB) with
 /// room to spare, at a few hundred bytes to a couple of kilobytes per claim.
 const PAGE: u32 = 250;
-/// Cached shards looked at between two yields while collecting the addresses they carry.
-const BATCH: usize = 512;
 
 /// Why a pass stopped early. The next pass starts over.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +101,12 @@ pub struct OrphanSweep {
     pub ctx: Arc<Context>,
     pub leader: LeaderToken,
     pub readiness: Arc<Readiness>,
+}
+
+/// The UID of the shard the cache holds under a namespace and name: a claim of that incarnation
+/// is held, not orphaned.
+fn cached_uid(cache: &ShardCache) -> impl Fn(&str, &str) -> Option<String> + '_ {
+    |ns, name| cache.get(&ShardKey::new(ns, name)).and_then(|c| c.uid())
 }
 
 impl OrphanSweep {
@@ -274,12 +278,8 @@ impl OrphanSweep {
                             .is_none_or(|w| w == namespace),
                         _ => false,
                     };
-                let cached = |ns: &str, name: &str| {
-                    ctx.store
-                        .get(&ObjectRef::new(name).within(ns))
-                        .and_then(|c| c.uid().map(|u| u.into_owned()))
-                };
-                if watched && standing(&m, &ctx.cell_id, cached) == Standing::Orphan {
+                if watched && standing(&m, &ctx.cell_id, cached_uid(&ctx.cache)) == Standing::Orphan
+                {
                     candidates.push(claim);
                 }
             }
@@ -292,20 +292,53 @@ impl OrphanSweep {
 
     /// The addresses the cached shards carry.
     async fn carried_addresses(&self) -> HashSet<Ipv6Addr> {
-        let mut carried = HashSet::new();
-        for (i, cached) in self.ctx.store.state().iter().enumerate() {
-            if i % BATCH == BATCH - 1 {
-                tokio::task::yield_now().await;
-            }
-            // A hand-set address has no ref, so every cached shard is decoded (only when a pass
-            // found candidates).
-            if let Some(address) = cached
-                .shard()
-                .and_then(|s| s.spec.shard_address_ipv6.parse::<Ipv6Addr>().ok())
-            {
-                carried.insert(address);
-            }
-        }
-        carried
+        // A hand-set address has no ref, so every cached shard's address counts (read only when
+        // a pass found candidates).
+        self.ctx
+            .cache
+            .collect(|c| c.address())
+            .into_iter()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipam::naming::{
+        ANNOTATION_CELL, ANNOTATION_SHARD_NAME, ANNOTATION_SHARD_NAMESPACE, ANNOTATION_SHARD_UID,
+        annotated_claim, claim_name,
+    };
+    use crate::shard::CachedShard;
+    use crate::shard::fixture::shard;
+
+    #[test]
+    fn a_cached_incarnations_claim_is_held_and_a_gone_ones_orphaned() {
+        // Guards the glue between the cache and the judgement: a cache that answered no UID
+        // made every live shard's claim a candidate, and each pass then warned about it.
+        const CELL: &str = "3f0c5a8e-1d2b-4c6f-9a7e-0b1c2d3e4f50";
+        let cache = ShardCache::new();
+        let live = shard("w-1", "2001:db8::1");
+        let uid = live.metadata.uid.clone().unwrap();
+        cache.put(CachedShard::new(&live));
+        let of = |uid: &str| {
+            marks(&annotated_claim(
+                &claim_name(CELL, "ns", "w-1", uid),
+                &[
+                    (ANNOTATION_SHARD_NAMESPACE, "ns"),
+                    (ANNOTATION_SHARD_NAME, "w-1"),
+                    (ANNOTATION_SHARD_UID, uid),
+                    (ANNOTATION_CELL, CELL),
+                ],
+            ))
+        };
+        assert_eq!(
+            standing(&of(&uid), CELL, cached_uid(&cache)),
+            Standing::Held
+        );
+        assert_eq!(
+            standing(&of("an-earlier-uid"), CELL, cached_uid(&cache)),
+            Standing::Orphan
+        );
     }
 }

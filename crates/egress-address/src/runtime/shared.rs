@@ -4,20 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::reflector::Store;
-
 use super::activity::Activity;
 use super::queue::{QueueEvents, WorkQueue};
 use super::readiness::Readiness;
 use super::token::LeaderToken;
 use crate::metrics::{Metrics, QueueLoad};
-use crate::shard::{CachedShard, ShardKey, ShardMemory};
+use crate::shard::{ShardCache, ShardKey, ShardMemory};
 
 /// One running controller's shared state.
 #[derive(Clone)]
 pub struct Shared {
     /// The shard cache the watch keeps.
-    pub store: Store<CachedShard>,
+    pub cache: ShardCache,
     /// What this instance remembers per shard.
     pub memory: Arc<ShardMemory>,
     /// The shards owed a reconcile.
@@ -33,7 +31,7 @@ pub struct Shared {
 impl Shared {
     /// Starts the work queue, reporting to `metrics` as client-go's work queue does.
     pub fn new(
-        store: Store<CachedShard>,
+        cache: ShardCache,
         memory: Arc<ShardMemory>,
         leader: LeaderToken,
         readiness: Arc<Readiness>,
@@ -59,7 +57,7 @@ impl Shared {
             })
         });
         Self {
-            store,
+            cache,
             memory,
             queue,
             leader,

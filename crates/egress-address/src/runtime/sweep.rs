@@ -8,14 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::queue::WorkQueue;
 use super::shared::Shared;
 use crate::shard::decide::{Decision, decide};
-use crate::shard::{CachedShard, ShardKey, ShardMemory, ShardState};
+use crate::shard::{CachedShard, ShardCache, ShardKey, ShardMemory, ShardState};
 
 /// Cached shards looked at between two yields to the runtime: a pass over 100,000 shards must
 /// not hold the one runtime thread for its whole length.
@@ -23,7 +22,7 @@ const BATCH: usize = 512;
 
 /// What one pass reads and queues through.
 pub struct Sweep {
-    pub store: Store<CachedShard>,
+    pub cache: ShardCache,
     pub memory: Arc<ShardMemory>,
     pub queue: Arc<WorkQueue<ShardKey>>,
 }
@@ -31,7 +30,7 @@ pub struct Sweep {
 /// Sweeps once per `every` while this instance leads and the cache is synced.
 pub async fn run(shared: Shared, every: Duration, stop: CancellationToken) {
     let sweep = Sweep {
-        store: shared.store.clone(),
+        cache: shared.cache.clone(),
         memory: shared.memory.clone(),
         queue: shared.queue.clone(),
     };
@@ -58,7 +57,10 @@ impl Sweep {
     /// One pass; how many shards it queued.
     pub async fn once(&self) -> u64 {
         let mut queued = 0;
-        for (i, cached) in self.store.state().iter().enumerate() {
+        let unaddressed = self
+            .cache
+            .collect(|c| (!c.is_addressed()).then(|| c.clone()));
+        for (i, cached) in unaddressed.iter().enumerate() {
             if i % BATCH == BATCH - 1 {
                 tokio::task::yield_now().await;
             }
@@ -89,28 +91,24 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::shard::fixture::shard;
-    use kube::runtime::reflector;
-    use kube::runtime::watcher::Event;
 
     #[tokio::test]
     async fn queues_only_unaddressed_shards_nothing_owes() {
-        let (store, mut writer) = reflector::store::<CachedShard>();
-        writer.apply_watcher_event(&Event::Init);
+        let cache = ShardCache::new();
         for s in [
             shard("dropped", ""),
             shard("queued", ""),
             shard("scheduled", ""),
             shard("hand-set", "2001:db8::1"),
         ] {
-            writer.apply_watcher_event(&Event::InitApply(CachedShard::new(&s)));
+            cache.put(CachedShard::new(&s));
         }
-        writer.apply_watcher_event(&Event::InitDone);
         let queue = WorkQueue::<ShardKey>::start();
         let key = |n: &str| ShardKey::new("ns", n);
         queue.add(key("queued"));
         queue.add_after(key("scheduled"), Duration::from_secs(3600));
         let sweep = Sweep {
-            store,
+            cache,
             memory: Arc::new(ShardMemory::new(Metrics::unregistered())),
             queue: queue.clone(),
         };

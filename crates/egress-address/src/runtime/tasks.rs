@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::reflector::store::Writer;
 use kube::{Api, Client};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +21,6 @@ use super::watch::{self, Watch};
 use super::worker::{self, Workers};
 use crate::config::Settings;
 use crate::reconcile::Context;
-use crate::shard::CachedShard;
 
 /// How long a stopping controller keeps sending the events it had queued.
 const EVENT_FLUSH_GRACE: Duration = Duration::from_secs(2);
@@ -46,13 +44,7 @@ pub struct Tasks {
 
 impl Tasks {
     /// Starts every task.
-    pub fn start(
-        settings: &Settings,
-        cell: &Client,
-        shared: &Shared,
-        ctx: Arc<Context>,
-        writer: Writer<CachedShard>,
-    ) -> Self {
+    pub fn start(settings: &Settings, cell: &Client, shared: &Shared, ctx: Arc<Context>) -> Self {
         let work = CancellationToken::new();
         let notifier = Notifier::new(
             cell.clone(),
@@ -78,7 +70,7 @@ impl Tasks {
 
         let mut background = JoinSet::new();
         let api = Watch::api(cell.clone(), settings.shard_namespace.as_deref());
-        background.spawn(Watch::new(api, writer, shared.clone()).run(work.clone()));
+        background.spawn(Watch::new(api, shared.clone()).run(work.clone()));
         background.spawn(watch::follow_leadership(shared.clone(), work.clone()));
         if !settings.drift_check_interval.is_zero() {
             background.spawn(worker::drift_pacer(

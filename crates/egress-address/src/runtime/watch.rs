@@ -1,4 +1,4 @@
-//! The shard watch: keeps the cache (reflector store) and the per-shard memory true, and queues
+//! The shard watch: keeps the shard cache and the per-shard memory true, and queues
 //! work for the leader. A standby queues nothing: it remembers only deletions (until the leader
 //! reports them released), and on taking over looks at every shard once.
 //!
@@ -7,15 +7,11 @@
 //! would lose them for good, since the renewal that lands is no change of leadership.
 //!
 //! What an event asks for is decided by [`step`], from the event alone; [`Watch::run`] carries it
-//! out in one order: memory, then the store, then the queue, so a worker that takes a key finds
+//! out in one order: memory, then the cache, then the queue, so a worker that takes a key finds
 //! the cache already showing what the event said.
-
-use std::collections::HashSet;
 
 use egress_api::shard::EgressShard;
 use futures::{StreamExt, TryStreamExt};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
@@ -37,10 +33,10 @@ const WATCHING: &str = "listing and watching egress shards";
 pub enum Step {
     /// A list (the first, or a relist after the watch broke) begins.
     ListStarts,
-    /// A listed shard: recorded now, queued once the list is complete (until then the reflector
-    /// keeps listed objects out of the store, and a reconcile would take the shard for gone).
+    /// A listed shard: recorded and cached now, queued once the list is complete (a shard the
+    /// list has yet to show may still be cached from before it, and be one deleted meanwhile).
     Listed(ShardKey),
-    /// The list is complete: every listed shard is queued, and whatever the store held that the
+    /// The list is complete: every listed shard is queued, and whatever the cache held that the
     /// list lacks was deleted while the watch was down.
     ListDone,
     /// A shard changed: recorded, and queued unless it needs nothing (most often the echo of
@@ -79,10 +75,7 @@ pub fn step(event: &watcher::Event<EgressShard>) -> Step {
 /// The watch task.
 pub struct Watch {
     api: Api<WatchedShard>,
-    writer: Writer<CachedShard>,
     shared: Shared,
-    /// The shards the list in progress has shown.
-    listing: HashSet<ShardKey>,
 }
 
 impl Watch {
@@ -93,13 +86,8 @@ impl Watch {
         }
     }
 
-    pub fn new(api: Api<WatchedShard>, writer: Writer<CachedShard>, shared: Shared) -> Self {
-        Self {
-            api,
-            writer,
-            shared,
-            listing: HashSet::new(),
-        }
+    pub fn new(api: Api<WatchedShard>, shared: Shared) -> Self {
+        Self { api, shared }
     }
 
     pub async fn run(mut self, stop: CancellationToken) {
@@ -125,8 +113,8 @@ impl Watch {
         shared.readiness.set_cell(CellHealth::Up);
         shared.readiness.set_forbidden(WATCHING, None);
         let step = self.sharing_keys(step(&event));
-        let ready = self.record(&step, &event);
-        self.writer.apply_watcher_event(&cached(event, &step));
+        let mut ready = self.record(&step, &event);
+        ready.extend(self.cache(&step, &event));
         let shared = &self.shared;
         if shared.leader.holds() {
             for key in ready {
@@ -150,7 +138,7 @@ impl Watch {
             // then for an idle queue sees the listed shards worked off.
             Step::ListDone if !shared.readiness.is_synced() => {
                 info!(
-                    shards = shared.store.state().len(),
+                    shards = shared.cache.len(),
                     "the first full list of shards is cached"
                 );
                 shared.readiness.set_synced();
@@ -162,13 +150,7 @@ impl Watch {
     /// `step` with the key the cache already holds for its shard, so the cache, the memory and
     /// the queue share one copy of its strings.
     fn sharing_keys(&self, step: Step) -> Step {
-        let shared = |key: ShardKey| {
-            self.shared
-                .store
-                .get(&ObjectRef::new(&key.name).within(&key.namespace))
-                .map(|c| c.key())
-                .unwrap_or(key)
-        };
+        let shared = |key: ShardKey| self.shared.cache.shared_key(&key).unwrap_or(key);
         match step {
             Step::Listed(key) => Step::Listed(shared(key)),
             Step::Changed {
@@ -188,7 +170,7 @@ impl Watch {
         }
     }
 
-    /// Records the event in memory; the keys to queue once the store has it.
+    /// Records the event in memory; the keys to queue once the cache has it.
     fn record(&mut self, step: &Step, event: &watcher::Event<EgressShard>) -> Vec<ShardKey> {
         let memory = &self.shared.memory;
         let shard = match event {
@@ -200,28 +182,23 @@ impl Watch {
         match (step, shard) {
             (Step::ListStarts, _) => {
                 memory.releases().list_started();
-                self.listing.clear();
                 Vec::new()
             }
             (Step::Listed(key), Some(shard)) => {
                 memory.addresses().observe(key, shard);
-                self.listing.insert(key.clone());
                 Vec::new()
             }
             (Step::ListDone, _) => {
                 // A shard deleted while the watch was down shows only as a missing entry; the
-                // store still holds its last state until InitDone is applied.
+                // cache still holds its last state until the list's end is applied to it.
                 let mut ready = Vec::new();
-                for old in self.shared.store.state() {
+                for old in self.shared.cache.unlisted() {
                     let key = old.key();
-                    if !self.listing.contains(&key) {
-                        memory
-                            .releases()
-                            .observe_deleted(&key, old.shard().as_ref(), None);
-                        ready.push(key);
-                    }
+                    memory
+                        .releases()
+                        .observe_deleted(&key, old.shard().as_ref(), None);
+                    ready.push(key);
                 }
-                ready.extend(self.listing.drain());
                 ready
             }
             (Step::Changed { key, queue, .. }, Some(shard)) => {
@@ -240,6 +217,22 @@ impl Watch {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// Applies the event to the cache; at the list's end, the keys it showed (to queue).
+    fn cache(&self, step: &Step, event: &watcher::Event<EgressShard>) -> Vec<ShardKey> {
+        let cache = &self.shared.cache;
+        match (step, event) {
+            (Step::ListStarts, _) => cache.begin_list(),
+            (
+                Step::Listed(key) | Step::Changed { key, .. },
+                watcher::Event::InitApply(s) | watcher::Event::Apply(s),
+            ) => cache.put(CachedShard::with_key(key.clone(), s)),
+            (Step::Deleted { key, .. }, _) => cache.remove(key),
+            (Step::ListDone, _) => return cache.end_list(),
+            _ => {}
+        }
+        Vec::new()
     }
 
     fn failed(&self, err: &watcher::Error) {
@@ -277,23 +270,6 @@ fn unwrapped(event: watcher::Event<WatchedShard>) -> watcher::Event<EgressShard>
     }
 }
 
-/// The event as the cache stores it (see [`CachedShard`]), under the key `step` names.
-fn cached(event: watcher::Event<EgressShard>, step: &Step) -> watcher::Event<CachedShard> {
-    let record = |s: &EgressShard| match step {
-        Step::Listed(key) | Step::Changed { key, .. } | Step::Deleted { key, .. } => {
-            CachedShard::with_key(key.clone(), s)
-        }
-        Step::ListStarts | Step::ListDone => CachedShard::new(s),
-    };
-    match event {
-        watcher::Event::Apply(s) => watcher::Event::Apply(record(&s)),
-        watcher::Event::Delete(s) => watcher::Event::Delete(record(&s)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(s) => watcher::Event::InitApply(record(&s)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
 /// Whether the watch failed because its resourceVersion is older than the cell's history: an
 /// ERROR event in the stream (served from etcd) or the watch request's own answer.
 fn is_expired(err: &watcher::Error) -> bool {
@@ -318,7 +294,7 @@ fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
 /// and the queue is kept for when it lands.
 pub async fn follow_leadership(shared: Shared, stop: CancellationToken) {
     let Shared {
-        store,
+        cache,
         memory,
         queue,
         leader,
@@ -335,8 +311,8 @@ pub async fn follow_leadership(shared: Shared, stop: CancellationToken) {
         rx.borrow_and_update();
         let holds = leader.holds();
         if holds && !held {
-            for shard in store.state() {
-                queue.add(shard.key());
+            for key in cache.keys() {
+                queue.add(key);
             }
             for key in memory.releases().keys_with_deletions() {
                 queue.add(key);

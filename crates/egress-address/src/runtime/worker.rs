@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, error, info};
 
@@ -21,7 +20,7 @@ use crate::logs::{object_ref, reconcile_id};
 use crate::metrics::{CONTROLLER, Metrics, ReconcileResult};
 use crate::reconcile::drift::{self, Checked};
 use crate::reconcile::{Context, Next, reconcile};
-use crate::shard::{CachedShard, ShardKey, ShardState};
+use crate::shard::{ShardCache, ShardKey, ShardState};
 
 /// What the workers were doing when the cell forbade it (a `/ready` reason names it).
 const RECONCILING: &str = "reading and writing egress shards";
@@ -261,7 +260,7 @@ pub async fn drift_pacer(
                 info!(holds, drifted, unknown, "drift check pass done");
                 (holds, drifted, unknown) = (0, 0, 0);
             }
-            pass = checkable(&ctx.store);
+            pass = checkable(&ctx.cache);
             if pass.is_empty() {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -282,11 +281,7 @@ pub async fn drift_pacer(
         if !leader.is_leader() || !readiness.is_synced() {
             continue;
         }
-        let Some(shard) = ctx
-            .store
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
-            .and_then(|c| c.shard())
-        else {
+        let Some(shard) = ctx.cache.get(&key).and_then(|c| c.shard()) else {
             continue;
         };
         match drift::check(&ctx, &shard).await {
@@ -302,13 +297,8 @@ pub async fn drift_pacer(
 }
 
 /// The keys of the cached shards that carry an address and a ref: what a pass checks.
-fn checkable(store: &Store<CachedShard>) -> std::collections::VecDeque<ShardKey> {
-    store
-        .state()
-        .iter()
-        .filter(|c| c.is_addressed())
-        .map(|c| c.key())
-        .collect()
+fn checkable(cache: &ShardCache) -> std::collections::VecDeque<ShardKey> {
+    cache.collect(|c| c.is_addressed().then(|| c.key())).into()
 }
 
 /// The gap between two checks when `n` shards share `every`.

@@ -24,8 +24,6 @@ use egress_api::shard::{
     AddressClaimRef, EgressShard, EgressShardSpec, LABEL_EGRESS_IPV6, LABEL_VALUE_FAMILY_SERVED,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Resource;
-use kube::runtime::reflector::Lookup;
 
 use super::{ShardKey, intern};
 
@@ -284,6 +282,25 @@ impl CachedShard {
     pub fn key(&self) -> ShardKey {
         self.key.clone()
     }
+
+    /// The key, borrowed: what the cache finds the record by.
+    pub fn key_ref(&self) -> &ShardKey {
+        &self.key
+    }
+
+    /// The shard's UID, if it has one.
+    pub fn uid(&self) -> Option<String> {
+        self.uid_text().map(Cow::into_owned)
+    }
+
+    /// The address the shard carries, if it carries one that reads as an IPv6 address.
+    pub fn address(&self) -> Option<Ipv6Addr> {
+        if self.address_packed {
+            return Some(self.address);
+        }
+        self.rare()?.address.as_deref()?.parse().ok()
+    }
+
     /// Whether the shard carries an address and the ref to its claim.
     pub fn is_addressed(&self) -> bool {
         let has_address = self.address_packed || self.rare().is_some_and(|r| r.address.is_some());
@@ -329,44 +346,6 @@ impl std::fmt::Debug for CachedShard {
             .field("address", &self.address_text())
             .field("claim_ref", &self.claim_ref)
             .finish()
-    }
-}
-
-impl Lookup for CachedShard {
-    type DynamicType = ();
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        <EgressShard as Resource>::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        <EgressShard as Resource>::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        <EgressShard as Resource>::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        <EgressShard as Resource>::plural(dt)
-    }
-
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.key.name))
-    }
-
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        (!self.key.namespace.is_empty()).then_some(Cow::Borrowed(&*self.key.namespace))
-    }
-
-    // The reflector copies what these return into the key of every entry of its store, where
-    // nothing reads them (a key compares by name and namespace); the record has its own.
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
     }
 }
 
@@ -504,17 +483,6 @@ mod tests {
             !CachedShard::new(&s).is_addressed(),
             "an address without a ref"
         );
-    }
-
-    #[test]
-    fn the_store_key_carries_name_and_namespace_only() {
-        let cached = CachedShard::new(&shard(0));
-        let key = cached.to_object_ref(());
-        assert_eq!(
-            (key.name.as_str(), key.namespace.as_deref()),
-            ("s", Some("ns"))
-        );
-        assert_eq!((key.extra.uid, key.extra.resource_version), (None, None));
     }
 
     /// Asserts that the cache gives back `s`'s UID, resourceVersion and address exactly as

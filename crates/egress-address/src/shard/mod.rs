@@ -1,6 +1,7 @@
 //! Shards as this controller sees them: their key, what they need ([`decide`]), and everything
 //! remembered about them between reconciles ([`memory`]). Pure: no I/O.
 
+pub mod cache;
 pub mod cached;
 pub mod decide;
 #[cfg(test)]
@@ -13,6 +14,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use egress_api::shard::EgressShard;
 
+pub use cache::ShardCache;
 pub use cached::CachedShard;
 pub use memory::{Gone, HandedOver, ShardMemory, Watermark};
 

@@ -702,9 +702,8 @@ fn a_lease_at_the_most_transitions_is_taken_over_without_overflow() {
             std::time::Duration::from_secs(30),
             Breaker::new(5, std::time::Duration::from_secs(1)),
         );
-        let (store, _writer) = kube::runtime::reflector::store();
         let shared = Shared::new(
-            store,
+            egress_address::shard::ShardCache::new(),
             Arc::new(egress_address::shard::ShardMemory::new(metrics.clone())),
             LeaderToken::elected(),
             Arc::new(Readiness::new(ipam, metrics.clone())),
