@@ -22,10 +22,12 @@ pub mod reason {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Note {
     pub key: ShardKey,
-    /// The shard as read, so the event names the object and version it is about. Boxed: a
-    /// rollout holds thousands of notes in the events' outbox, whose slots would otherwise each
-    /// be the size of this reference, taken or not.
-    pub regarding: Box<ObjectReference>,
+    /// The incarnation and version read, so the event names the object and version it is
+    /// about: with the key, all its `regarding` needs. Kept as these two texts rather than a
+    /// whole `ObjectReference` (seven strings, four of them the key's and the kind's again): a
+    /// rollout holds up to half the outbox, 16,384 notes, while addresses are written.
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
@@ -43,10 +45,24 @@ impl Note {
     fn new(shard: &EgressShard, warning: bool, reason: &'static str, message: String) -> Self {
         Self {
             key: ShardKey::of(shard),
-            regarding: Box::new(shard.object_ref(&())),
+            uid: shard.metadata.uid.as_deref().map(Box::from),
+            resource_version: shard.metadata.resource_version.as_deref().map(Box::from),
             warning,
             reason,
             message,
+        }
+    }
+
+    /// The object the event regards, as `Resource::object_ref` names a shard.
+    pub fn regarding(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(EgressShard::api_version(&()).into_owned()),
+            kind: Some(EgressShard::kind(&()).into_owned()),
+            name: Some(self.key.name.to_string()),
+            namespace: (!self.key.namespace.is_empty()).then(|| self.key.namespace.to_string()),
+            uid: self.uid.as_deref().map(str::to_string),
+            resource_version: self.resource_version.as_deref().map(str::to_string),
+            field_path: None,
         }
     }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
@@ -152,13 +153,19 @@ impl Notifier {
         if !self.leader.is_leader() {
             return;
         }
-        let admitted = self.memory.events().admit(
-            &note.key,
-            note.reason,
-            &note.message,
-            Instant::now(),
-            self.repeat_after,
-        );
+        let admitted = if note.reason == reason::ADDRESS_ASSIGNED {
+            // Said once and never again (the address is write-once): nothing for the gate to
+            // hold back, so nothing is recorded for it. A rollout holds thousands of these.
+            self.memory.knows(&note.key)
+        } else {
+            self.memory.events().admit(
+                &note.key,
+                note.reason,
+                &note.message,
+                Instant::now(),
+                self.repeat_after,
+            )
+        };
         if !admitted {
             return;
         }
@@ -252,9 +259,9 @@ impl Notifier {
             self.memory.events().retract(&note.key, note.reason);
             return;
         }
-        let namespace = note.regarding.namespace.as_deref().unwrap_or("default");
+        let r = note.regarding();
+        let namespace = r.namespace.as_deref().unwrap_or("default");
         let url = <K8sEvent as kube::Resource>::url_path(&(), Some(namespace));
-        let r = &note.regarding;
         let series_key: SeriesKey = (
             note.warning,
             note.reason,
@@ -287,7 +294,7 @@ impl Notifier {
                 (name, count + 1, sent)
             }
             None => {
-                let event = self.render(note);
+                let event = self.render(note, r);
                 let name = event.metadata.name.clone().unwrap_or_default();
                 let req = serde_json::to_vec(&event)
                     .map_err(kube::Error::SerdeError)
@@ -351,15 +358,12 @@ impl Notifier {
             .map(|r| r.map(drop))
     }
 
-    fn render(&self, note: &Note) -> K8sEvent {
+    fn render(&self, note: &Note, regarding: ObjectReference) -> K8sEvent {
         let now = Timestamp::now();
-        let regarding = &note.regarding;
         K8sEvent {
             action: Some(note.action().to_string()),
             reason: Some(note.reason.to_string()),
             event_time: Some(MicroTime(now)),
-            regarding: Some(regarding.as_ref().clone()),
-            note: Some(note.message.clone()),
             metadata: ObjectMeta {
                 namespace: regarding.namespace.clone(),
                 name: Some(event_name(
@@ -368,6 +372,8 @@ impl Notifier {
                 )),
                 ..Default::default()
             },
+            regarding: Some(regarding),
+            note: Some(note.message.clone()),
             reporting_controller: Some(CONTROLLER_NAME.to_string()),
             reporting_instance: Some(self.instance.clone()),
             type_: Some(if note.warning { "Warning" } else { "Normal" }.to_string()),

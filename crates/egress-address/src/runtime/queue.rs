@@ -58,18 +58,32 @@ pub struct Load {
 
 struct State<K> {
     ready: VecDeque<K>,
-    queued: HashSet<K>,
+    /// Every pending key: in `ready`, or added while being processed (dirty: back to `ready`
+    /// when processing ends), with when it became pending. One table for both, since a rollout
+    /// has every shard of the cell pending at once.
+    pending: HashMap<K, Pending>,
+    /// How many pending keys are dirty.
+    dirty: usize,
     /// Keys being processed, and since when.
     active: HashMap<K, Instant>,
-    /// When each pending key (ready or dirty) became pending.
-    pending_since: HashMap<K, Instant>,
-    /// Keys added while being processed; they go back to `ready` when processing ends.
-    dirty: HashSet<K>,
     /// When each scheduled key is due (the timer task holds the same).
     scheduled: HashMap<K, Instant>,
     /// Keys waiting for a dependency to come back (IPAM down): neither ready nor scheduled.
     parked: HashSet<K>,
     shutdown: bool,
+}
+
+/// A pending key: when it became pending, and whether it is in `ready` (else dirty).
+struct Pending {
+    since: Instant,
+    ready: bool,
+}
+
+impl<K: Eq + Hash> State<K> {
+    /// Whether `key` waits in `ready`.
+    fn is_ready(&self, key: &K) -> bool {
+        self.pending.get(key).is_some_and(|p| p.ready)
+    }
 }
 
 /// The queue. Made with [`WorkQueue::start`], shared behind an `Arc`.
@@ -101,10 +115,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let queue = Arc::new(Self {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
-                queued: HashSet::new(),
+                pending: HashMap::new(),
+                dirty: 0,
                 active: HashMap::new(),
-                pending_since: HashMap::new(),
-                dirty: HashSet::new(),
                 scheduled: HashMap::new(),
                 parked: HashSet::new(),
                 shutdown: false,
@@ -161,7 +174,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// Queues a key after `delay`, unless it is already pending or due sooner.
     pub fn add_after(&self, key: K, delay: Duration) {
         let mut st = self.lock();
-        if st.shutdown || st.queued.contains(&key) {
+        if st.shutdown || st.is_ready(&key) {
             return;
         }
         let at = Instant::now() + delay;
@@ -179,8 +192,15 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let mut st = self.lock();
         let started = st.active.remove(key);
         // Added again while processed: it was counted then, and is ready now.
-        let again = st.dirty.remove(key) && st.queued.insert(key.clone());
+        let again = match st.pending.get_mut(key) {
+            Some(p) if !p.ready => {
+                p.ready = true;
+                true
+            }
+            _ => false,
+        };
         if again {
+            st.dirty -= 1;
             st.ready.push_back(key.clone());
         }
         drop(st);
@@ -197,7 +217,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// already queued again stays queued.
     pub fn park(&self, key: K) {
         let mut st = self.lock();
-        if st.shutdown || st.queued.contains(&key) || st.active.contains_key(&key) {
+        if st.shutdown || st.is_ready(&key) || st.active.contains_key(&key) {
             return;
         }
         if st.scheduled.remove(&key).is_some() {
@@ -241,7 +261,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// parked.
     pub fn owes(&self, key: &K) -> bool {
         let st = self.lock();
-        st.queued.contains(key)
+        st.is_ready(key)
             || st.active.contains_key(key)
             || st.scheduled.contains_key(key)
             || st.parked.contains(key)
@@ -256,9 +276,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     pub fn clear(&self) {
         let mut st = self.lock();
         st.ready.clear();
-        st.queued.clear();
-        st.dirty.clear();
-        st.pending_since.clear();
+        st.pending.clear();
+        st.dirty = 0;
         st.scheduled.clear();
         st.parked.clear();
         let _ = self.timers.send(Timer::Clear);
@@ -289,7 +308,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         let now = Instant::now();
         let running = st.active.values().map(|started| now - *started);
         Load {
-            depth: st.ready.len() + st.dirty.len(),
+            depth: st.ready.len() + st.dirty,
             unfinished: running.clone().sum(),
             longest: running.max().unwrap_or_default(),
         }
@@ -308,9 +327,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
                 }
                 if let Some(key) = st.ready.pop_front() {
                     let now = Instant::now();
-                    st.queued.remove(&key);
+                    let pending_since = st.pending.remove(&key).map(|p| p.since);
                     st.active.insert(key.clone(), now);
-                    let pending_since = st.pending_since.remove(&key);
                     let more = !st.ready.is_empty();
                     drop(st);
                     if let Some(since) = pending_since {
@@ -372,25 +390,25 @@ impl<K> Drop for Guard<'_, K> {
 
 /// Makes a key pending: ready, or (while it is processed) due again once processing ends.
 fn push<K: Clone + Eq + Hash>(st: &mut State<K>, key: K) -> Pushed {
-    let pending = if st.active.contains_key(&key) {
-        let added = st.dirty.insert(key.clone());
-        Pushed { added, wake: false }
-    } else if st.queued.insert(key.clone()) {
-        st.ready.push_back(key.clone());
-        Pushed {
-            added: true,
-            wake: true,
-        }
-    } else {
-        Pushed {
+    if st.pending.contains_key(&key) {
+        return Pushed {
             added: false,
             wake: false,
-        }
-    };
-    if pending.added {
-        st.pending_since.entry(key).or_insert_with(Instant::now);
+        };
     }
-    pending
+    // Being processed: due again once that ends (dirty); else ready now.
+    let ready = !st.active.contains_key(&key);
+    let since = Instant::now();
+    if ready {
+        st.ready.push_back(key.clone());
+    } else {
+        st.dirty += 1;
+    }
+    st.pending.insert(key, Pending { since, ready });
+    Pushed {
+        added: true,
+        wake: ready,
+    }
 }
 
 async fn run_timers<K: Clone + Eq + Hash + Send + Sync + 'static>(
