@@ -72,7 +72,7 @@ pub async fn raw(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String, String) {
-    use http_body_util::{BodyExt, Full};
+    use http_body_util::Full;
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
     let client: Client<_, Full<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -90,6 +90,16 @@ pub async fn raw(
         )
         .await
         .expect("request");
+    answer(resp).await
+}
+
+/// An answer as the raw-request helpers give it: status code, content type, body as text.
+pub async fn answer<B>(resp: http::Response<B>) -> (u16, String, String)
+where
+    B: hyper::body::Body,
+    B::Error: std::fmt::Debug,
+{
+    use http_body_util::BodyExt;
     let code = resp.status().as_u16();
     let ct = resp
         .headers()

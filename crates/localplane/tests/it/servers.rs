@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 
-use http_body_util::BodyExt;
 use localplane::{LocalPlaneBuilder, Running};
 use realcell::RealCell;
 
@@ -157,15 +156,7 @@ impl Server {
         let req = req
             .body(kube::client::Body::from(body.as_bytes().to_vec()))
             .unwrap();
-        let resp = client.send(req).await.expect("an answer");
-        let code = resp.status().as_u16();
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default();
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        (code, ct, String::from_utf8_lossy(&body).into_owned())
+        crate::common::answer(client.send(req).await.expect("an answer")).await
     }
 
     /// Forgets the history of changes up to now, so that a watch from an older resourceVersion
