@@ -55,7 +55,7 @@ async fn list_all(api: &Api<WatchedShard>, page_size: u32) -> anyhow::Result<Vec
             params = params.continue_token(&t);
         }
         let page = api.list(&params).await.context("listing the shards")?;
-        kept.extend(page.items.iter().map(|w| CachedShard::new(&w.0)));
+        kept.extend(page.items.into_iter().map(|w| w.0));
         match page.metadata.continue_ {
             Some(next) if !next.is_empty() => token = Some(next),
             _ => return Ok(kept),

@@ -9,6 +9,10 @@
 //! What an event asks for is decided by [`step`], from the event alone; [`Watch::run`] carries it
 //! out in one order: memory, then the cache, then the queue, so a worker that takes a key finds
 //! the cache already showing what the event said.
+//!
+//! The watch decodes each shard straight into the record the cache keeps ([`WatchedShard`]);
+//! that record is what the cache stores, and [`step`] and the memory read its `EgressShard` view,
+//! made once per event.
 
 use egress_api::shard::EgressShard;
 use futures::{StreamExt, TryStreamExt};
@@ -101,20 +105,21 @@ impl Watch {
                 item = stream.try_next() => item,
             };
             match item {
-                Ok(Some(event)) => self.apply(unwrapped(event)),
+                Ok(Some(event)) => self.apply(event),
                 Ok(None) => return,
                 Err(err) => self.failed(&err),
             }
         }
     }
 
-    fn apply(&mut self, event: watcher::Event<EgressShard>) {
+    fn apply(&mut self, event: watcher::Event<WatchedShard>) {
         let shared = &self.shared;
         shared.readiness.set_cell(CellHealth::Up);
         shared.readiness.set_forbidden(WATCHING, None);
+        let (event, decoded) = viewed(event);
         let step = self.sharing_keys(step(&event));
         let mut ready = self.record(&step, &event);
-        ready.extend(self.cache(&step, &event));
+        ready.extend(self.cache(&step, decoded));
         let shared = &self.shared;
         if shared.leader.holds() {
             for key in ready {
@@ -219,15 +224,15 @@ impl Watch {
         }
     }
 
-    /// Applies the event to the cache; at the list's end, the keys it showed (to queue).
-    fn cache(&self, step: &Step, event: &watcher::Event<EgressShard>) -> Vec<ShardKey> {
+    /// Applies the event to the cache, `decoded` being the record the event carried; at the
+    /// list's end, the keys it showed (to queue).
+    fn cache(&self, step: &Step, decoded: Option<CachedShard>) -> Vec<ShardKey> {
         let cache = &self.shared.cache;
-        match (step, event) {
+        match (step, decoded) {
             (Step::ListStarts, _) => cache.begin_list(),
-            (
-                Step::Listed(key) | Step::Changed { key, .. },
-                watcher::Event::InitApply(s) | watcher::Event::Apply(s),
-            ) => cache.put(CachedShard::with_key(key.clone(), s)),
+            (Step::Listed(key) | Step::Changed { key, .. }, Some(record)) => {
+                cache.put(record.with_shared_key(key.clone()))
+            }
             (Step::Deleted { key, .. }, _) => cache.remove(key),
             (Step::ListDone, _) => return cache.end_list(),
             _ => {}
@@ -259,14 +264,31 @@ impl Watch {
     }
 }
 
-/// The event with the shard as the rest of the controller reads it.
-fn unwrapped(event: watcher::Event<WatchedShard>) -> watcher::Event<EgressShard> {
+/// The event with the shard as a decision reads it (the record's view), and the record itself,
+/// for the cache to keep.
+fn viewed(
+    event: watcher::Event<WatchedShard>,
+) -> (watcher::Event<EgressShard>, Option<CachedShard>) {
+    let split = |s: WatchedShard| {
+        let record = s.0;
+        let view = record.shard().expect("a cached shard always reads back");
+        (view, Some(record))
+    };
     match event {
-        watcher::Event::Apply(s) => watcher::Event::Apply(s.0),
-        watcher::Event::Delete(s) => watcher::Event::Delete(s.0),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(s) => watcher::Event::InitApply(s.0),
-        watcher::Event::InitDone => watcher::Event::InitDone,
+        watcher::Event::Apply(s) => {
+            let (view, record) = split(s);
+            (watcher::Event::Apply(view), record)
+        }
+        watcher::Event::Delete(s) => {
+            let (view, record) = split(s);
+            (watcher::Event::Delete(view), record)
+        }
+        watcher::Event::InitApply(s) => {
+            let (view, record) = split(s);
+            (watcher::Event::InitApply(view), record)
+        }
+        watcher::Event::Init => (watcher::Event::Init, None),
+        watcher::Event::InitDone => (watcher::Event::InitDone, None),
     }
 }
 

@@ -177,6 +177,20 @@ fn pack_address(text: &str) -> Option<Ipv6Addr> {
         .filter(|a| a.to_string() == text)
 }
 
+/// What a [`CachedShard`] is made of, as decoded: [`CachedShard::from_parts`].
+pub struct Parts<'a> {
+    /// The shard's namespace and name.
+    pub key: ShardKey,
+    pub uid: Option<&'a str>,
+    pub resource_version: Option<&'a str>,
+    pub deletion_timestamp: Option<Time>,
+    /// The served label (`network.datumapis.com/egress-ipv6: "true"`) is set.
+    pub served: bool,
+    /// `spec.shardAddressIPv6`; empty when the shard has none.
+    pub address: &'a str,
+    pub claim_ref: Option<&'a AddressClaimRef>,
+}
+
 impl CachedShard {
     /// What the cache keeps of `shard`.
     pub fn new(shard: &EgressShard) -> Self {
@@ -186,36 +200,52 @@ impl CachedShard {
     /// What the cache keeps of `shard`, whose key is `key` (its strings shared).
     pub fn with_key(key: ShardKey, shard: &EgressShard) -> Self {
         let m = &shard.metadata;
-        let served = m
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_EGRESS_IPV6))
-            .is_some_and(|v| v == LABEL_VALUE_FAMILY_SERVED);
+        Self::from_parts(Parts {
+            key,
+            uid: m.uid.as_deref(),
+            resource_version: m.resource_version.as_deref(),
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            served: m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_EGRESS_IPV6))
+                .is_some_and(|v| v == LABEL_VALUE_FAMILY_SERVED),
+            address: &shard.spec.shard_address_ipv6,
+            claim_ref: shard.spec.shard_address_ipv6_claim_ref.as_ref(),
+        })
+    }
+
+    /// The record of a shard read field by field (the watch's decoder has no `EgressShard`):
+    /// the one place a record is packed, so that one decoded by the watch and one made from a
+    /// whole shard are the same.
+    pub fn from_parts(parts: Parts<'_>) -> Self {
+        let Parts {
+            key,
+            uid,
+            resource_version,
+            deletion_timestamp,
+            served,
+            address,
+            claim_ref,
+        } = parts;
         // Each: absent, packed (`Ok`) or kept as written (`Err`).
-        let uid = m.uid.as_deref().map(|t| pack_uuid(t).ok_or(t));
-        let resource_version = m
-            .resource_version
-            .as_deref()
-            .map(|t| pack_decimal(t).ok_or(t));
-        let address = Some(shard.spec.shard_address_ipv6.as_str())
+        let uid = uid.map(|t| pack_uuid(t).ok_or(t));
+        let resource_version = resource_version.map(|t| pack_decimal(t).ok_or(t));
+        let address = Some(address)
             .filter(|t| !t.is_empty())
             .map(|t| pack_address(t).ok_or(t));
         fn text<T>(v: Option<Result<T, &str>>) -> Option<Box<str>> {
             v.and_then(Result::err).map(Box::from)
         }
         let rare = Rare {
-            deletion_timestamp: m.deletion_timestamp.clone(),
+            deletion_timestamp,
             uid: text(uid),
             resource_version: text(resource_version),
             address: text(address),
         };
         Self {
             key,
-            claim_ref: shard
-                .spec
-                .shard_address_ipv6_claim_ref
-                .as_ref()
-                .map(ClaimRef::new),
+            claim_ref: claim_ref.map(ClaimRef::new),
             rare: (!rare.is_empty()).then(|| Box::new(rare)),
             resource_version: resource_version.and_then(Result::ok).unwrap_or_default(),
             uid: uid.and_then(Result::ok).unwrap_or_default(),
@@ -227,6 +257,14 @@ impl CachedShard {
             address_packed: matches!(address, Some(Ok(_))),
             served,
         }
+    }
+
+    /// The record with `key` for its own: an equal key whose strings the cache, the memory and
+    /// the queue already share, so the copy the record was decoded with is dropped.
+    pub fn with_shared_key(mut self, key: ShardKey) -> Self {
+        debug_assert_eq!(key, self.key, "a record re-keyed as another shard");
+        self.key = key;
+        self
     }
 
     fn rare(&self) -> Option<&Rare> {

@@ -1,4 +1,4 @@
-//! What the watch decodes of a shard: the fields the cache keeps ([`super::CachedShard`]) and
+//! What the watch decodes of a shard: the record the cache keeps ([`super::CachedShard`]), and
 //! nothing else.
 //!
 //! Every shard crosses the watch at least twice (the list, and the echo of the address write),
@@ -9,10 +9,11 @@
 //! labels only the served one is looked at.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::fmt;
 
 use egress_api::shard::{
-    AddressClaimRef, EgressShard, EgressShardSpec, LABEL_EGRESS_IPV6, LABEL_VALUE_FAMILY_SERVED,
+    AddressClaimRef, EgressShard, LABEL_EGRESS_IPV6, LABEL_VALUE_FAMILY_SERVED,
 };
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -20,10 +21,38 @@ use kube::Resource;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-/// A shard as the watch decodes it: an `EgressShard` with only name, namespace, UID,
-/// resourceVersion, deletionTimestamp, the served label, address and claim ref set.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WatchedShard(pub EgressShard);
+use super::ShardKey;
+use super::cached::{CachedShard, Parts};
+
+/// A shard as the watch decodes it: straight into the record the cache keeps.
+///
+/// A page is decoded whole before any of it is used, so what one item costs is paid for every
+/// item the page holds: a whole `EgressShard` per item (896 bytes, its `ObjectMeta` 360) made a
+/// page of empty objects, `{"items":[{},{},...]}`, hold some 600 times its length (issue #37).
+/// The record is 112 bytes, and an item must at least name its shard.
+#[derive(Clone, Debug)]
+pub struct WatchedShard(pub CachedShard, MetaView);
+
+/// The `ObjectMeta` that [`Resource::meta`] has to lend, made from the record only when asked:
+/// kube's watcher reads the resourceVersion of each watch event through it, nothing reads it
+/// of a listed item, so a page pays a pointer per item rather than an `ObjectMeta`.
+#[derive(Clone, Debug, Default)]
+struct MetaView(OnceCell<Box<ObjectMeta>>);
+
+impl WatchedShard {
+    fn meta_view(&self) -> &ObjectMeta {
+        self.1.0.get_or_init(|| {
+            let shard = self.0.shard().expect("a cached shard always reads back");
+            Box::new(shard.metadata)
+        })
+    }
+}
+
+impl From<CachedShard> for WatchedShard {
+    fn from(record: CachedShard) -> Self {
+        Self(record, MetaView::default())
+    }
+}
 
 #[derive(Deserialize)]
 struct Lean {
@@ -56,30 +85,21 @@ struct LeanSpec {
 impl<'de> Deserialize<'de> for WatchedShard {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let Lean { metadata, spec } = Lean::deserialize(d)?;
-        let mut shard = EgressShard::new(
-            metadata.name.as_deref().unwrap_or_default(),
-            EgressShardSpec {
-                shard_address_ipv6: spec.address.unwrap_or_default(),
-                shard_address_ipv6_claim_ref: spec.claim_ref,
-                ..Default::default()
-            },
-        );
-        let m = &mut shard.metadata;
-        m.name = metadata.name;
-        m.namespace = metadata.namespace;
-        m.uid = metadata.uid;
-        m.resource_version = metadata.resource_version;
-        m.deletion_timestamp = metadata.deletion_timestamp;
-        if metadata.labels {
-            m.labels = Some(
-                [(
-                    LABEL_EGRESS_IPV6.to_string(),
-                    LABEL_VALUE_FAMILY_SERVED.to_string(),
-                )]
-                .into(),
-            );
-        }
-        Ok(WatchedShard(shard))
+        // An API server always names an object; without the name, an item would cost a record
+        // for the two bytes of `{}`, and the key would be no shard's.
+        let name = metadata
+            .name
+            .ok_or_else(|| de::Error::custom("an egress shard without metadata.name"))?;
+        let record = CachedShard::from_parts(Parts {
+            key: ShardKey::interned(metadata.namespace.as_deref().unwrap_or_default(), &name),
+            uid: metadata.uid.as_deref(),
+            resource_version: metadata.resource_version.as_deref(),
+            deletion_timestamp: metadata.deletion_timestamp,
+            served: metadata.labels,
+            address: spec.address.as_deref().unwrap_or_default(),
+            claim_ref: spec.claim_ref.as_ref(),
+        });
+        Ok(record.into())
     }
 }
 
@@ -164,21 +184,30 @@ impl Resource for WatchedShard {
     }
 
     fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
+        self.meta_view()
     }
 
+    /// A copy: what is changed in it is not the record's. Nothing the watch runs edits a shard.
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
+        self.meta_view();
+        self.1.0.get_mut().expect("made just now")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
+    use kube::core::ObjectList;
     use serde_json::json;
 
+    /// The shard a decision reads of what the watch decoded.
     fn decode(v: serde_json::Value) -> EgressShard {
-        serde_json::from_value::<WatchedShard>(v).unwrap().0
+        serde_json::from_value::<WatchedShard>(v)
+            .unwrap()
+            .0
+            .shard()
+            .unwrap()
     }
 
     #[test]
@@ -250,5 +279,92 @@ mod tests {
         );
         assert_eq!(shard.spec.shard_address_ipv6, "");
         assert_eq!(shard.spec.shard_address_ipv6_claim_ref, None);
+    }
+
+    #[test]
+    fn the_record_decoded_is_the_one_made_from_the_whole_shard() {
+        let v = json!({
+            "metadata": {
+                "name": "s", "namespace": "ns", "uid": "0b7f3a52-9c1e-4d2a-8f6b-3e5d7c9a1b24",
+                "resourceVersion": "007", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {LABEL_EGRESS_IPV6: "true"},
+            },
+            "spec": {
+                "targetRef": {"kind": "Node", "name": "n"},
+                "shardAddressIPv6": "2001:DB8::1",
+                "shardAddressIPv6ClaimRef": {"apiGroup": "ipam.miloapis.com", "kind": "IPClaim",
+                    "project": "p", "namespace": "c", "name": "claim"},
+            },
+        });
+        let decoded = serde_json::from_value::<WatchedShard>(v.clone()).unwrap().0;
+        let whole = CachedShard::new(&serde_json::from_value::<EgressShard>(v).unwrap());
+        assert_eq!(format!("{decoded:?}"), format!("{whole:?}"));
+        assert_eq!(decoded.heap_bytes(), whole.heap_bytes());
+    }
+
+    #[test]
+    fn the_watcher_reads_the_resource_version_of_an_event() {
+        let w: WatchedShard = serde_json::from_value(
+            json!({"metadata": {"name": "s", "namespace": "ns", "resourceVersion": "42"}}),
+        )
+        .unwrap();
+        assert_eq!(w.resource_version().as_deref(), Some("42"));
+        assert_eq!(
+            (w.name_any(), w.namespace()),
+            ("s".into(), Some("ns".into()))
+        );
+    }
+
+    #[test]
+    fn an_item_without_a_name_is_refused_naming_what_is_missing() {
+        for item in [
+            json!({}),
+            json!({"metadata": {}}),
+            json!({"metadata": {"name": null}}),
+        ] {
+            let err = serde_json::from_value::<WatchedShard>(item).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("an egress shard without metadata.name"),
+                "{err}"
+            );
+        }
+        // Nothing else is required.
+        let bare = decode(json!({"metadata": {"name": ""}}));
+        assert_eq!(bare.metadata.name.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_page_of_empty_items_is_refused_at_its_first() {
+        // The fuzz seed of issue #37: 16,500 items `{}`, 49,617 bytes, which made 58.8 MB live
+        // when each was decoded as a whole `EgressShard`.
+        let page = include_bytes!("../../../../fuzz/corpus/list_page/alloc-empty-items-16500");
+        let err = serde_json::from_slice::<ObjectList<WatchedShard>>(page).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("an egress shard without metadata.name"),
+            "{err}"
+        );
+        // Refused where the first item ends, not after decoding the page.
+        assert!(err.column() < 200, "{err}");
+    }
+
+    #[test]
+    fn a_page_of_minimal_items_costs_a_few_times_its_length() {
+        // Each item is paid for before any is used: its footprint is the page's.
+        assert!(
+            size_of::<WatchedShard>() <= 128,
+            "{}",
+            size_of::<WatchedShard>()
+        );
+        let items = vec![r#"{"metadata":{"name":"a"}}"#; 10_000];
+        let page = format!(r#"{{"items":[{}]}}"#, items.join(","));
+        let list = serde_json::from_slice::<ObjectList<WatchedShard>>(page.as_bytes()).unwrap();
+        assert_eq!(list.items.len(), items.len());
+        let held = list.items.capacity() * size_of::<WatchedShard>()
+            + list.items.iter().map(|w| w.0.heap_bytes()).sum::<usize>();
+        // 26 bytes an item: a record and its name, up to twice the record while the `Vec` grows
+        // by doubling. An `EgressShard` each (896 bytes) was 35 to 70 times the item.
+        assert!(held <= 10 * page.len(), "{held} for {} bytes", page.len());
     }
 }
