@@ -400,8 +400,10 @@ pub struct RestartMeasurement {
     pub reads: BTreeMap<(String, String), u64>,
     pub lease_requests: u64,
     pub peak_rss: Option<u64>,
-    /// The ideal lister's time over the same shards, measured right after ([`super::lister`]).
+    /// The ideal lister's time over the same shards ([`super::lister`]): the mean of its runs.
     pub ideal_lister: Option<Duration>,
+    /// Each run of the ideal lister: right before the restart, and right after.
+    pub ideal_lister_runs: Vec<Duration>,
 }
 
 impl RestartMeasurement {
@@ -421,19 +423,29 @@ impl RestartMeasurement {
             lease_requests: count(counts, is_lease),
             peak_rss,
             ideal_lister: None,
+            ideal_lister_runs: Vec::new(),
         }
     }
 
-    /// The ideal lister's time and the restart's ratio to it: `L s (R x)`.
+    /// The ideal lister's time and the restart's ratio to it, then each of its runs:
+    /// `L s (R x; B s before, A s after)`.
     pub fn against_lister(&self) -> String {
-        match self.ideal_lister {
-            Some(l) => format!(
-                "{:.2} s ({:.2} x)",
-                l.as_secs_f64(),
-                self.to_ready.as_secs_f64() / l.as_secs_f64().max(1e-9)
+        let Some(l) = self.ideal_lister else {
+            return "n/a".into();
+        };
+        let runs = match self.ideal_lister_runs.as_slice() {
+            [before, after] => format!(
+                "; {:.2} s before, {:.2} s after",
+                before.as_secs_f64(),
+                after.as_secs_f64()
             ),
-            None => "n/a".into(),
-        }
+            _ => String::new(),
+        };
+        format!(
+            "{:.2} s ({:.2} x{runs})",
+            l.as_secs_f64(),
+            self.to_ready.as_secs_f64() / l.as_secs_f64().max(1e-9)
+        )
     }
 
     pub fn write_count(&self) -> u64 {

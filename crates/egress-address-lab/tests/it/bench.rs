@@ -78,6 +78,11 @@ async fn the_bench_counts_requests_events_idle_and_restart() {
         "the ideal lister ran beside the restart: {:?}",
         restart.ideal_lister
     );
+    assert_eq!(
+        restart.ideal_lister_runs.len(),
+        2,
+        "the ideal lister ran before and after the restart"
+    );
     assert!(
         restart.reads.values().sum::<u64>() >= 2,
         "a restart lists and watches"
