@@ -31,6 +31,19 @@ impl UnusableError {
     }
 }
 
+/// Characters of an unusable answer an error quotes: a CIDR is at most 43, and an answer of any
+/// length (up to the 1 MiB an IPAM body may be) must not become a log line or event of that size.
+const QUOTED_CHARS: usize = 64;
+
+/// `answer` quoted as Rust's `Debug` quotes it, cut after [`QUOTED_CHARS`] characters with its
+/// length said.
+fn quoted(answer: &str) -> String {
+    match answer.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{answer:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &answer[..cut], answer.len()),
+    }
+}
+
 /// Parses an allocated CIDR into the shard address it holds.
 ///
 /// `2607:ed40:70::1/128` → `2607:ed40:70::1`. Refused: no `/len` or garbage ("…which is not a
@@ -43,7 +56,8 @@ pub fn from_allocated_cidr(cidr: &str) -> Result<Ipv6Addr, UnusableError> {
         return Err(UnusableError::new(
             cidr,
             format!(
-                "the address service answered with {cidr:?}, which is {why}; no egress shard may carry it"
+                "the address service answered with {}, which is {why}; no egress shard may carry it",
+                quoted(cidr)
             ),
         ));
     }
@@ -56,7 +70,10 @@ pub fn host_address(cidr: &str) -> Result<Ipv6Addr, UnusableError> {
     let not_a_prefix = || {
         UnusableError::new(
             cidr,
-            format!("the address service answered with {cidr:?}, which is not a prefix"),
+            format!(
+                "the address service answered with {}, which is not a prefix",
+                quoted(cidr)
+            ),
         )
     };
     let (addr, bits) = cidr.split_once('/').ok_or_else(not_a_prefix)?;
@@ -72,7 +89,8 @@ pub fn host_address(cidr: &str) -> Result<Ipv6Addr, UnusableError> {
             return Err(UnusableError::new(
                 cidr,
                 format!(
-                    "the address service answered with {cidr:?}; a shard's IPv6 address is read out of an IPv6 space"
+                    "the address service answered with {}; a shard's IPv6 address is read out of an IPv6 space",
+                    quoted(cidr)
                 ),
             ));
         }
@@ -81,7 +99,8 @@ pub fn host_address(cidr: &str) -> Result<Ipv6Addr, UnusableError> {
         return Err(UnusableError::new(
             cidr,
             format!(
-                "the address service answered with {cidr:?}; a shard's address is read out of a /128"
+                "the address service answered with {}; a shard's address is read out of a /128",
+                quoted(cidr)
             ),
         ));
     }
@@ -204,6 +223,26 @@ mod tests {
             );
             assert_eq!(err.answer, bad);
         }
+    }
+
+    #[test]
+    fn a_long_answer_is_quoted_cut_with_its_length() {
+        // A fuzz finding: a 960,011-byte body read as a CIDR was repeated, escaped, in the
+        // message, one allocation of 1.9 MB and a log line of that size.
+        let long = format!("2607:ed40:70::1/{}", "9".repeat(1 << 20));
+        let message = from_allocated_cidr(&long).unwrap_err().to_string();
+        assert!(message.len() < 200, "{} bytes", message.len());
+        assert!(
+            message.contains(&format!("... ({} bytes)", long.len())),
+            "{message}"
+        );
+        // Cut on a character boundary, whatever the answer holds.
+        let wide = "é".repeat(100);
+        let message = from_allocated_cidr(&wide).unwrap_err().to_string();
+        assert!(
+            message.contains(&format!("{:?}...", "é".repeat(64))),
+            "{message}"
+        );
     }
 
     #[test]
