@@ -1,6 +1,7 @@
 //! The "ideal client": the fewest requests that can address a shard (create the claim, update the
-//! shard with the bound address), run at the same concurrency as the controller, over the same
-//! HTTP, so the controller's overhead is measured against a floor rather than against nothing.
+//! shard with the bound address) and, when it watches, release a deleted shard's (one DELETE of
+//! the claim), run at the same concurrency as the controller, over the same HTTP, so the
+//! controller's overhead is measured against a floor rather than against nothing.
 //! Like the controller, which starts cold in every run, it first learns which shards there are:
 //! one list, unpaginated, over the same HTTP. (Until 2026-12 it read them from the server's
 //! memory, as if from a watch it already held, which left the controller's own initial list, about
@@ -23,7 +24,7 @@ use egress_api::ipam::{IPClaim, IPClaimSpec, ScopeRef};
 use egress_api::shard::{AddressClaimRef, EgressShard, LABEL_EGRESS_IPV6};
 use futures::StreamExt;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 
 use localplane::testing::{ADDRESS_CLASS, CLAIM_NAMESPACE, LOCATION, PLATFORM_PROJECT, address_of};
 
@@ -139,6 +140,22 @@ async fn address_all(
     Ok(elapsed)
 }
 
+/// The ideal client's claim for shard `namespace/name`: one per shard name, which is all a run
+/// needs, as no name comes back once its shard is deleted.
+fn claim_name(namespace: &str, name: &str) -> String {
+    format!("ideal-{namespace}-{name}")
+}
+
+/// Releases what shard `namespace/name` held: the one DELETE of its claim.
+async fn release_one(claims: &Api<IPClaim>, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let claim_name = claim_name(namespace, name);
+    claims
+        .delete(&claim_name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting claim {claim_name}"))?;
+    Ok(())
+}
+
 async fn address_one(
     shards: &Api<EgressShard>,
     claims: &Api<IPClaim>,
@@ -146,7 +163,7 @@ async fn address_one(
     shard: &EgressShard,
 ) -> anyhow::Result<()> {
     let name = shard.metadata.name.clone().unwrap_or_default();
-    let claim_name = format!("ideal-{namespace}-{name}");
+    let claim_name = claim_name(namespace, &name);
     let claim = IPClaim {
         metadata: ObjectMeta {
             name: Some(claim_name.clone()),
@@ -204,10 +221,11 @@ async fn address_one(
     Ok(())
 }
 
-/// The ideal client in a cell that keeps getting new shards: one watch on the namespace, and for
-/// every shard it sees without an address the same two requests as [`run`], `concurrency` at a
-/// time (the watch waits while all are busy, as a work queue would). Returns once its watch has
-/// listed the namespace, with the task, which runs until aborted.
+/// The ideal client in a cell that keeps getting new shards and losing old ones: one watch on the
+/// namespace; for every shard it sees without an address the same two requests as [`run`], and
+/// for every shard it sees deleted the DELETE of its claim, `concurrency` at a time (the watch
+/// waits while all are busy, as a work queue would). Returns once its watch has listed the
+/// namespace, with the task, which runs until aborted.
 pub async fn watch(
     cell: kube::Client,
     claims: Api<IPClaim>,
@@ -227,6 +245,20 @@ pub async fn watch(
         while let Some(event) = stream.next().await {
             let shard = match event {
                 Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => s,
+                Ok(watcher::Event::Delete(s)) => {
+                    let Ok(permit) = permits.clone().acquire_owned().await else {
+                        return;
+                    };
+                    let (claims, namespace) = (claims.clone(), namespace.clone());
+                    let name = s.metadata.name.unwrap_or_default();
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        if let Err(e) = release_one(&claims, &namespace, &name).await {
+                            eprintln!("bench: the ideal client: {e:#}");
+                        }
+                    });
+                    continue;
+                }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(tx) = synced.take() {
                         let _ = tx.send(());

@@ -19,7 +19,7 @@ use clap::ValueEnum;
 use kube::core::Status;
 use serde_json::{Map, Value, json};
 
-use localplane::testing::{World, shard_object, shards_key};
+use localplane::testing::{CLAIM_NAMESPACE, World, claims_key, shard_object, shards_key};
 use localplane::{Caller, PlaneTxn, ResourceKey, StorageHooks};
 
 /// The shards a bench seeds and creates.
@@ -256,10 +256,13 @@ fn fields_of(old: &Value, new: &Value) -> Value {
 
 /// When each shard of a cell was created and when it was first seen addressed, recorded by a
 /// storage hook as the writes commit (in the server, under its lock), so a bench can tell how
-/// long each shard waited without watching anything over HTTP.
+/// long each shard waited without watching anything over HTTP; and when each was deleted, with
+/// the claim its ref named, so the wait for the claim's release starts at the same kind of
+/// record as the claim's removal ([`Releases`]) ends it.
 #[derive(Default)]
 pub struct Timeline {
     times: Mutex<HashMap<String, (Instant, Option<Instant>)>>,
+    deleted: Mutex<HashMap<String, (Instant, Option<String>)>>,
 }
 
 impl Timeline {
@@ -283,6 +286,19 @@ impl Timeline {
             })
             .collect()
     }
+
+    /// When shard `name` was removed, and the claim its ref named then (`None` while it exists,
+    /// or when it named none).
+    pub fn deleted(&self, name: &str) -> Option<(Instant, Option<String>)> {
+        crate::bench::lock(&self.deleted).get(name).cloned()
+    }
+}
+
+/// The claim a shard's ref names, if it names one.
+pub fn claim_of(shard: &Value) -> Option<String> {
+    shard["spec"]["shardAddressIPv6ClaimRef"]["name"]
+        .as_str()
+        .map(str::to_string)
 }
 
 struct TimelineHook {
@@ -333,6 +349,96 @@ impl StorageHooks for TimelineHook {
         {
             at.get_or_insert_with(Instant::now);
         }
+        Ok(())
+    }
+
+    fn before_delete(
+        &self,
+        txn: &mut dyn PlaneTxn,
+        _: &Caller,
+        _: &ResourceKey,
+        obj: &Value,
+    ) -> Result<(), Status> {
+        if let Some(name) = self.ours(obj) {
+            let (name, claim) = (name.to_string(), claim_of(obj));
+            let timeline = self.timeline.clone();
+            // A later hook may still refuse the delete: only a removal that lands is a deletion.
+            txn.after_commit(Box::new(move || {
+                crate::bench::lock(&timeline.deleted).insert(name, (Instant::now(), claim));
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// When each IPClaim of the claim namespace was removed from IPAM (the second step of its
+/// delete, the one that frees the address), recorded as the removal commits, as [`Timeline`]
+/// records the cell's writes. IPAM is localplane's on either cell, so this holds for both.
+pub struct Releases {
+    times: Mutex<HashMap<String, Instant>>,
+    /// Bumped at every removal, for a waiter to wake on instead of polling the map.
+    removed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Releases {
+    /// Releases recorded on `world`'s IPAM from now on.
+    pub fn record(world: &World) -> Arc<Releases> {
+        let releases = Arc::new(Releases {
+            times: Mutex::new(HashMap::new()),
+            removed: tokio::sync::watch::Sender::new(0),
+        });
+        world.add_platform_hook(Arc::new(ReleaseHook(releases.clone())));
+        releases
+    }
+
+    /// When claim `name` was removed, if it was.
+    pub fn at(&self, name: &str) -> Option<Instant> {
+        crate::bench::lock(&self.times).get(name).copied()
+    }
+
+    /// Waits until every claim of `names` is removed, or `within` has passed; whether they all
+    /// were.
+    pub async fn wait_for(&self, names: &[String], within: std::time::Duration) -> bool {
+        let mut removed = self.removed.subscribe();
+        let all = || names.iter().all(|n| self.at(n).is_some());
+        let waited = tokio::time::timeout(within, async {
+            while !all() {
+                if removed.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        waited.is_ok() && all()
+    }
+}
+
+struct ReleaseHook(Arc<Releases>);
+
+impl StorageHooks for ReleaseHook {
+    fn handles(&self, res: &ResourceKey) -> bool {
+        *res == claims_key()
+    }
+
+    fn before_delete(
+        &self,
+        txn: &mut dyn PlaneTxn,
+        _: &Caller,
+        _: &ResourceKey,
+        obj: &Value,
+    ) -> Result<(), Status> {
+        if obj["metadata"]["namespace"] != CLAIM_NAMESPACE {
+            return Ok(());
+        }
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let releases = self.0.clone();
+        txn.after_commit(Box::new(move || {
+            crate::bench::lock(&releases.times).insert(name, Instant::now());
+            releases.removed.send_modify(|n| *n += 1);
+        }));
         Ok(())
     }
 }

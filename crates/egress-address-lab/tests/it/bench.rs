@@ -112,6 +112,7 @@ async fn churn_times_every_new_shard_on_both_sides() {
         shards: 20,
         rate: 10.0,
         seconds: 1,
+        delete_share: 0.0,
         concurrency: 2,
         repeat: 1,
         run_timeout_seconds: 120,
@@ -123,10 +124,49 @@ async fn churn_times_every_new_shard_on_both_sides() {
         assert_eq!(waits.waits.len(), 10, "{side}: every new shard was timed");
         assert_eq!(waits.unaddressed, 0, "{side}");
         assert!(waits.quantile(0.5) <= waits.quantile(0.99), "{side}");
+        assert_eq!(waits.deleted(), 0, "{side}: nothing deleted by default");
     }
     // Two requests per new shard (claim, update), whatever the drift check adds: it waits a
     // whole interval (an hour) before its first read.
     assert_eq!(report.controller_requests_per_shard, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_with_deletes_times_every_release_on_both_sides() {
+    let _turn = one_fleet_at_a_time().await;
+    let args = ChurnArgs {
+        common: common(),
+        shards: 20,
+        rate: 10.0,
+        seconds: 1,
+        // As many deletes as creates: 10 of the 20 held shards.
+        delete_share: 0.5,
+        concurrency: 2,
+        repeat: 1,
+        run_timeout_seconds: 120,
+    };
+    let bin = locate_controller(None).expect("the controller binary is built");
+    // The run itself fails if a deleted shard's claim is left on either side.
+    let report = churn::measure(&args, &bin).await.expect("the churn runs");
+    let md = report.markdown();
+    eprintln!("{md}\n{}", report.line());
+    assert_eq!(report.deletes, 10);
+    for (side, waits) in [("controller", &report.controller), ("ideal", &report.ideal)] {
+        assert_eq!(waits.waits.len(), 10, "{side}: every new shard was timed");
+        assert_eq!(waits.unaddressed, 0, "{side}");
+        assert_eq!(waits.releases.len(), 10, "{side}: every release was timed");
+        assert_eq!(waits.unreleased, 0, "{side}");
+        assert!(
+            waits.release_quantile(0.5) <= waits.release_quantile(0.99),
+            "{side}"
+        );
+        assert!(waits.release_max() > std::time::Duration::ZERO, "{side}");
+    }
+    // The creates' figure stays the creates' alone: the releases are counted apart.
+    assert_eq!(report.controller_requests_per_shard, 2.0);
+    assert!(report.controller_release_requests_per_deleted >= 1.0);
+    assert!(md.contains("| 10 | "), "{md}");
+    assert!(report.line().contains("released p50"), "{}", report.line());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
