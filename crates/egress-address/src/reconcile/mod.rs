@@ -154,7 +154,7 @@ async fn reconcile_key(
     key: &ShardKey,
     notes: &mut Vec<Note>,
 ) -> Result<Next, Error> {
-    let in_cache = || ctx.cache.get(key).and_then(|c| c.shard());
+    let in_cache = || ctx.cache.get(key).map(|c| c.shard());
     let gone = ctx.memory.releases().gone(key);
     let mut cached = in_cache();
     // The API server's word on the name, read at most once a pass: a release needs it, and so

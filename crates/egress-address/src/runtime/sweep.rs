@@ -81,9 +81,7 @@ impl Sweep {
 fn owed_an_address(cached: &CachedShard, known: Option<ShardState>) -> bool {
     !cached.is_addressed()
         && known != Some(ShardState::Addressed)
-        && cached
-            .shard()
-            .is_some_and(|shard| decide(&shard) == Decision::Claim)
+        && decide(&cached.shard()) == Decision::Claim
 }
 
 #[cfg(test)]

@@ -11,10 +11,12 @@
 //! the cache already showing what the event said.
 //!
 //! The watch decodes each shard straight into the record the cache keeps ([`WatchedShard`]);
-//! that record is what the cache stores, and [`step`] and the memory read its `EgressShard` view,
-//! made once per event.
+//! that record is what the cache stores and what the memory reads. Only a change or a deletion
+//! makes the record's `EgressShard` view, for the decision that reads it; a listed shard (the
+//! whole cell, on every start) is recorded from the record alone.
 
-use egress_api::shard::EgressShard;
+use std::borrow::Cow;
+
 use futures::{StreamExt, TryStreamExt};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -59,19 +61,20 @@ pub enum Step {
 }
 
 /// Decides what an event asks for, from the event alone.
-pub fn step(event: &watcher::Event<EgressShard>) -> Step {
+pub fn step(event: &watcher::Event<CachedShard>) -> Step {
+    let version = |shard: &CachedShard| shard.resource_version().map(Cow::into_owned);
     match event {
         watcher::Event::Init => Step::ListStarts,
-        watcher::Event::InitApply(shard) => Step::Listed(ShardKey::of(shard)),
+        watcher::Event::InitApply(shard) => Step::Listed(shard.key()),
         watcher::Event::InitDone => Step::ListDone,
         watcher::Event::Apply(shard) => Step::Changed {
-            key: ShardKey::of(shard),
-            queue: decide(shard) != Decision::Nothing,
-            version: shard.metadata.resource_version.clone(),
+            key: shard.key(),
+            queue: decide(&shard.shard()) != Decision::Nothing,
+            version: version(shard),
         },
         watcher::Event::Delete(shard) => Step::Deleted {
-            key: ShardKey::of(shard),
-            version: shard.metadata.resource_version.clone(),
+            key: shard.key(),
+            version: version(shard),
         },
     }
 }
@@ -116,10 +119,10 @@ impl Watch {
         let shared = &self.shared;
         shared.readiness.set_cell(CellHealth::Up);
         shared.readiness.set_forbidden(WATCHING, None);
-        let (event, decoded) = viewed(event);
+        let event = records(event);
         let step = self.sharing_keys(step(&event));
         let mut ready = self.record(&step, &event);
-        ready.extend(self.cache(&step, decoded));
+        ready.extend(self.cache(&step, event));
         let shared = &self.shared;
         if shared.leader.holds() {
             for key in ready {
@@ -176,7 +179,7 @@ impl Watch {
     }
 
     /// Records the event in memory; the keys to queue once the cache has it.
-    fn record(&mut self, step: &Step, event: &watcher::Event<EgressShard>) -> Vec<ShardKey> {
+    fn record(&mut self, step: &Step, event: &watcher::Event<CachedShard>) -> Vec<ShardKey> {
         let memory = &self.shared.memory;
         let shard = match event {
             watcher::Event::InitApply(s) | watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
@@ -201,7 +204,7 @@ impl Watch {
                     let key = old.key();
                     memory
                         .releases()
-                        .observe_deleted(&key, old.shard().as_ref(), None);
+                        .observe_deleted(&key, Some(&old.shard()), None);
                     ready.push(key);
                 }
                 ready
@@ -217,18 +220,22 @@ impl Watch {
             (Step::Deleted { key, version }, Some(shard)) => {
                 memory
                     .releases()
-                    .observe_deleted(key, Some(shard), version.as_deref());
+                    .observe_deleted(key, Some(&shard.shard()), version.as_deref());
                 vec![key.clone()]
             }
             _ => Vec::new(),
         }
     }
 
-    /// Applies the event to the cache, `decoded` being the record the event carried; at the
-    /// list's end, the keys it showed (to queue).
-    fn cache(&self, step: &Step, decoded: Option<CachedShard>) -> Vec<ShardKey> {
+    /// Applies the event to the cache, which keeps the record the event carried; at the list's
+    /// end, the keys it showed (to queue).
+    fn cache(&self, step: &Step, event: watcher::Event<CachedShard>) -> Vec<ShardKey> {
         let cache = &self.shared.cache;
-        match (step, decoded) {
+        let record = match event {
+            watcher::Event::InitApply(r) | watcher::Event::Apply(r) => Some(r),
+            _ => None,
+        };
+        match (step, record) {
             (Step::ListStarts, _) => cache.begin_list(),
             (Step::Listed(key) | Step::Changed { key, .. }, Some(record)) => {
                 cache.put(record.with_shared_key(key.clone()))
@@ -264,31 +271,14 @@ impl Watch {
     }
 }
 
-/// The event with the shard as a decision reads it (the record's view), and the record itself,
-/// for the cache to keep.
-fn viewed(
-    event: watcher::Event<WatchedShard>,
-) -> (watcher::Event<EgressShard>, Option<CachedShard>) {
-    let split = |s: WatchedShard| {
-        let record = s.0;
-        let view = record.shard().expect("a cached shard always reads back");
-        (view, Some(record))
-    };
+/// The event with the record each shard was decoded into.
+fn records(event: watcher::Event<WatchedShard>) -> watcher::Event<CachedShard> {
     match event {
-        watcher::Event::Apply(s) => {
-            let (view, record) = split(s);
-            (watcher::Event::Apply(view), record)
-        }
-        watcher::Event::Delete(s) => {
-            let (view, record) = split(s);
-            (watcher::Event::Delete(view), record)
-        }
-        watcher::Event::InitApply(s) => {
-            let (view, record) = split(s);
-            (watcher::Event::InitApply(view), record)
-        }
-        watcher::Event::Init => (watcher::Event::Init, None),
-        watcher::Event::InitDone => (watcher::Event::InitDone, None),
+        watcher::Event::Apply(s) => watcher::Event::Apply(s.0),
+        watcher::Event::Delete(s) => watcher::Event::Delete(s.0),
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(s.0),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
@@ -369,6 +359,7 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
 mod tests {
     use super::*;
     use crate::shard::fixture;
+    use egress_api::shard::EgressShard;
     use std::collections::BTreeMap;
 
     /// Shard `ns/w-1`, its label set when `labelled`.
@@ -389,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_change_is_queued_unless_the_shard_needs_nothing() {
-        let changed = |s| match step(&watcher::Event::Apply(s)) {
+        let changed = |s| match step(&watcher::Event::Apply(CachedShard::new(&s))) {
             Step::Changed {
                 key: k,
                 queue,
@@ -414,7 +405,10 @@ mod tests {
     #[test]
     fn a_deletion_is_always_queued_and_a_list_waits_for_its_end() {
         assert_eq!(
-            step(&watcher::Event::Delete(shard("2001:db8::1", true))),
+            step(&watcher::Event::Delete(CachedShard::new(&shard(
+                "2001:db8::1",
+                true
+            )))),
             Step::Deleted {
                 key: key(),
                 version: Some("7".into())
@@ -422,7 +416,9 @@ mod tests {
         );
         assert_eq!(step(&watcher::Event::Init), Step::ListStarts);
         assert_eq!(
-            step(&watcher::Event::InitApply(shard("", false))),
+            step(&watcher::Event::InitApply(CachedShard::new(&shard(
+                "", false
+            )))),
             Step::Listed(key())
         );
         assert_eq!(step(&watcher::Event::InitDone), Step::ListDone);

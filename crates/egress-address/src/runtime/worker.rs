@@ -281,7 +281,7 @@ pub async fn drift_pacer(
         if !leader.is_leader() || !readiness.is_synced() {
             continue;
         }
-        let Some(shard) = ctx.cache.get(&key).and_then(|c| c.shard()) else {
+        let Some(shard) = ctx.cache.get(&key).map(|c| c.shard()) else {
             continue;
         };
         match drift::check(&ctx, &shard).await {

@@ -25,7 +25,7 @@ use egress_api::shard::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{ShardKey, intern};
+use super::{ShardKey, ShardState, intern};
 
 /// One cached shard. Cheap to look up by name; [`CachedShard::shard`] gives the fields a
 /// decision reads.
@@ -289,9 +289,8 @@ impl CachedShard {
     }
 
     /// The shard as far as a decision reads it: key, UID, resourceVersion, deletionTimestamp, the
-    /// served label, address and claim ref; every other field empty. Always `Some` (an `Option`
-    /// for callers that treat a shard it cannot give back as not cached).
-    pub fn shard(&self) -> Option<EgressShard> {
+    /// served label, address and claim ref; every other field empty.
+    pub fn shard(&self) -> EgressShard {
         let mut s = EgressShard::new(
             &self.key.name,
             EgressShardSpec {
@@ -314,7 +313,7 @@ impl CachedShard {
                 .into(),
             );
         }
-        Some(s)
+        s
     }
 
     pub fn key(&self) -> ShardKey {
@@ -341,8 +340,22 @@ impl CachedShard {
 
     /// Whether the shard carries an address and the ref to its claim.
     pub fn is_addressed(&self) -> bool {
-        let has_address = self.address_packed || self.rare().is_some_and(|r| r.address.is_some());
-        has_address && self.claim_ref.is_some()
+        self.carries_address() && self.claim_ref.is_some()
+    }
+
+    /// The state the record shows by itself, as [`ShardState::observed`] reads it from the whole
+    /// shard: the watch records a listed shard from this, without making its `EgressShard` view.
+    pub fn observed_state(&self) -> ShardState {
+        match (self.carries_address(), self.claim_ref.is_some()) {
+            (false, _) => ShardState::Pending,
+            (true, false) => ShardState::Unattributable,
+            (true, true) => ShardState::Addressed,
+        }
+    }
+
+    /// Whether `spec.shardAddressIPv6` is set, whatever it reads as.
+    fn carries_address(&self) -> bool {
+        self.address_packed || self.rare().is_some_and(|r| r.address.is_some())
     }
 
     /// `metadata.resourceVersion` as written.
@@ -450,11 +463,38 @@ mod tests {
     }
 
     #[test]
+    fn the_record_shows_the_state_the_whole_shard_shows() {
+        let with = |address: &str, claim_ref: bool| {
+            let mut s = shard(0);
+            s.spec.shard_address_ipv6 = address.into();
+            s.spec.shard_address_ipv6_claim_ref = claim_ref.then(self::claim_ref);
+            s
+        };
+        for (address, claim_ref, state) in [
+            ("", false, ShardState::Pending),
+            ("", true, ShardState::Pending),
+            ("2001:db8::1", true, ShardState::Addressed),
+            ("2001:db8::1", false, ShardState::Unattributable),
+            // Kept as written, not packed: still an address set.
+            ("2001:DB8::1", true, ShardState::Addressed),
+            ("not an address", false, ShardState::Unattributable),
+        ] {
+            let s = with(address, claim_ref);
+            assert_eq!(ShardState::observed(&s), state, "{address:?} {claim_ref}");
+            assert_eq!(
+                CachedShard::new(&s).observed_state(),
+                state,
+                "{address:?} {claim_ref}"
+            );
+        }
+    }
+
+    #[test]
     fn a_decision_gets_back_every_field_it_reads() {
         let mut original = shard(10);
         original.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         let cached = CachedShard::new(&original);
-        let back = cached.shard().unwrap();
+        let back = cached.shard();
         let (m, o) = (&back.metadata, &original.metadata);
         assert_eq!(
             (&m.name, &m.namespace, &m.uid, &m.resource_version),
@@ -486,7 +526,7 @@ mod tests {
             "{}",
             std::mem::size_of::<CachedShard>()
         );
-        let back = large.shard().unwrap();
+        let back = large.shard();
         assert_eq!(back.metadata.annotations, None);
         assert_eq!(back.metadata.managed_fields, None);
         assert_eq!(back.metadata.finalizers, None);
@@ -503,7 +543,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(LABEL_EGRESS_IPV6.into(), "false".into());
-        assert_eq!(CachedShard::new(&s).shard().unwrap().metadata.labels, None);
+        assert_eq!(CachedShard::new(&s).shard().metadata.labels, None);
     }
 
     #[test]
@@ -527,7 +567,7 @@ mod tests {
     /// written; whether it packed every one of them.
     fn packs(s: &EgressShard) -> bool {
         let cached = CachedShard::new(s);
-        let back = cached.shard().unwrap();
+        let back = cached.shard();
         let m = &s.metadata;
         assert_eq!(back.metadata.uid, m.uid);
         assert_eq!(back.metadata.resource_version, m.resource_version);
@@ -551,10 +591,7 @@ mod tests {
         s.spec.shard_address_ipv6_claim_ref = Some(r.clone());
         assert!(packs(&s));
         let cached = CachedShard::new(&s);
-        assert_eq!(
-            cached.shard().unwrap().spec.shard_address_ipv6_claim_ref,
-            Some(r)
-        );
+        assert_eq!(cached.shard().spec.shard_address_ipv6_claim_ref, Some(r));
         assert!(cached.is_addressed());
         // The name (after its `Arc` counts) and the claim's name: nothing else is the shard's own.
         assert_eq!(cached.heap_bytes(), 16 + 24 + 50);
@@ -663,11 +700,11 @@ mod tests {
         assert!(Arc::ptr_eq(&scope(&a), &scope(&b)));
         assert!(!Arc::ptr_eq(&scope(&a), &scope(&c)));
         assert_eq!(
-            c.shard().unwrap().spec.shard_address_ipv6_claim_ref,
+            c.shard().spec.shard_address_ipv6_claim_ref,
             s.spec.shard_address_ipv6_claim_ref
         );
         assert_eq!(
-            a.shard().unwrap().spec.shard_address_ipv6_claim_ref,
+            a.shard().spec.shard_address_ipv6_claim_ref,
             Some(claim_ref())
         );
     }

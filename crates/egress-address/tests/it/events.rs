@@ -9,7 +9,7 @@ use egress_address::Metrics;
 use egress_address::reconcile::{Note, reason};
 use egress_address::runtime::events::Notifier;
 use egress_address::runtime::token::LeaderToken;
-use egress_address::shard::{ShardKey, ShardMemory};
+use egress_address::shard::{CachedShard, ShardKey, ShardMemory};
 use egress_api::shard::EgressShard;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,9 @@ fn notifier(plane: &Plane, metrics: &Metrics) -> (Notifier, Arc<ShardMemory>) {
 }
 
 fn assigned(memory: &ShardMemory, shard: &EgressShard, address: &str) -> Note {
-    memory.addresses().observe(&ShardKey::of(shard), shard);
+    memory
+        .addresses()
+        .observe(&ShardKey::of(shard), &CachedShard::new(shard));
     Note::normal(
         shard,
         reason::ADDRESS_ASSIGNED,

@@ -375,7 +375,7 @@ proptest! {
             (false, false, false) => shard_decide::Decision::MarkServed,
         };
         prop_assert_eq!(decision, expected);
-        let cached = CachedShard::new(&s).shard().unwrap();
+        let cached = CachedShard::new(&s).shard();
         prop_assert_eq!(shard_decide::decide(&cached), decision);
     }
 

@@ -10,10 +10,10 @@ pub struct AddressBook<'a>(pub(super) &'a ShardMemory);
 impl AddressBook<'_> {
     /// Records a shard as the cache now holds it: its address and its state. A refusal stays
     /// until a reconcile says otherwise; the object alone cannot tell it is over.
-    pub fn observe(&self, key: &ShardKey, shard: &EgressShard) {
+    pub fn observe(&self, key: &ShardKey, shard: &CachedShard) {
         let mut inner = self.0.lock();
-        let state = ShardState::observed(shard);
-        let address = shard.spec.shard_address_ipv6.parse::<Ipv6Addr>().ok();
+        let state = shard.observed_state();
+        let address = shard.address();
         let record = inner.records.entry(key.clone()).or_default();
         let old_address = std::mem::replace(&mut record.address, address);
         let old_state = record.state;

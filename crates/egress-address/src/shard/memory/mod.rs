@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use egress_api::shard::{AddressClaimRef, EgressShard};
 
-use super::{ShardKey, ShardState};
+use super::{CachedShard, ShardKey, ShardState};
 
 mod addresses;
 mod failures;
@@ -316,6 +316,10 @@ mod tests {
     use egress_api::shard::EgressShardSpec;
     use std::collections::HashSet;
 
+    fn record(name: &str, uid: &str, address: &str) -> CachedShard {
+        CachedShard::new(&shard(name, uid, address))
+    }
+
     fn shard(name: &str, uid: &str, address: &str) -> EgressShard {
         let mut s = EgressShard::new(name, EgressShardSpec::default());
         s.metadata.namespace = Some("ns".into());
@@ -349,14 +353,14 @@ mod tests {
     #[test]
     fn states_are_counted_once_per_shard_and_refusals_stick() {
         let m = memory();
-        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
-        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        m.addresses().observe(&key("a"), &record("a", "u1", ""));
+        m.addresses().observe(&key("a"), &record("a", "u1", ""));
         m.addresses()
-            .observe(&key("b"), &shard("b", "u2", "2001:db8::1"));
+            .observe(&key("b"), &record("b", "u2", "2001:db8::1"));
         assert_eq!(m.addresses().count(ShardState::Pending), 1);
         assert_eq!(m.addresses().count(ShardState::Addressed), 1);
         m.addresses().set_state(&key("a"), ShardState::Refused);
-        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        m.addresses().observe(&key("a"), &record("a", "u1", ""));
         assert_eq!(m.addresses().state(&key("a")), Some(ShardState::Refused));
         assert_eq!(m.addresses().count(ShardState::Pending), 0);
         m.forget(&key("a"));
@@ -370,8 +374,8 @@ mod tests {
         let m = memory();
         let addr: Ipv6Addr = "2001:db8::7".parse().unwrap();
         m.addresses()
-            .observe(&key("a"), &shard("a", "u1", "2001:db8::7"));
-        m.addresses().observe(&key("b"), &shard("b", "u2", ""));
+            .observe(&key("a"), &record("a", "u1", "2001:db8::7"));
+        m.addresses().observe(&key("b"), &record("b", "u2", ""));
         assert_eq!(m.addresses().reserve(&key("b"), addr), Err(key("a")));
         // A shard may be given the address it already carries.
         assert_eq!(m.addresses().reserve(&key("a"), addr), Ok(()));
@@ -379,7 +383,7 @@ mod tests {
         // In flight counts too: two writes of one address never overlap.
         let other: Ipv6Addr = "2001:db8::8".parse().unwrap();
         assert_eq!(m.addresses().reserve(&key("b"), other), Ok(()));
-        m.addresses().observe(&key("c"), &shard("c", "u3", ""));
+        m.addresses().observe(&key("c"), &record("c", "u3", ""));
         assert_eq!(m.addresses().reserve(&key("c"), other), Err(key("b")));
         // A failed write frees it; a successful one keeps it until the cache shows it.
         m.addresses().unreserve(&key("b"), false);
@@ -398,9 +402,9 @@ mod tests {
         let addr: Ipv6Addr = "2001:db8::9".parse().unwrap();
         for name in ["a", "b"] {
             m.addresses()
-                .observe(&key(name), &shard(name, name, "2001:db8::9"));
+                .observe(&key(name), &record(name, name, "2001:db8::9"));
         }
-        m.addresses().observe(&key("c"), &shard("c", "c", ""));
+        m.addresses().observe(&key("c"), &record("c", "c", ""));
         assert_eq!(m.addresses().reserve(&key("c"), addr), Err(key("a")));
         m.forget(&key("a"));
         assert_eq!(m.addresses().reserve(&key("c"), addr), Err(key("b")));
@@ -411,7 +415,7 @@ mod tests {
             Err(key("b")),
             "b still carries it"
         );
-        m.addresses().observe(&key("b"), &shard("b", "b", ""));
+        m.addresses().observe(&key("b"), &record("b", "b", ""));
         assert_eq!(m.addresses().reserve(&key("c"), addr), Ok(()));
         assert_eq!(m.lock().holders.len(), 1);
         m.forget(&key("c"));
@@ -424,7 +428,7 @@ mod tests {
     fn deletions_wait_for_their_release_and_then_go() {
         let m = memory();
         let s = shard("a", "u1", "2001:db8::1");
-        m.addresses().observe(&key("a"), &s);
+        m.addresses().observe(&key("a"), &CachedShard::new(&s));
         m.releases()
             .observe_deleted(&key("a"), Some(&s), Some("10"));
         let gone = m.releases().gone(&key("a"));
@@ -433,7 +437,7 @@ mod tests {
         assert_eq!(gone[0].claim_ref.as_ref().unwrap().name, "claim-a");
         assert_eq!(m.addresses().count(ShardState::Addressed), 0);
         // A new incarnation does not hide the old one's pending release.
-        m.addresses().observe(&key("a"), &shard("a", "u2", ""));
+        m.addresses().observe(&key("a"), &record("a", "u2", ""));
         assert_eq!(m.releases().gone(&key("a")).len(), 1);
         m.releases().released(&key("a"), &gone[0]);
         assert!(m.releases().gone(&key("a")).is_empty());
@@ -458,7 +462,7 @@ mod tests {
             let name = format!("s{rv}");
             let s = shard(&name, &format!("u{rv}"), "");
             for m in ms {
-                m.addresses().observe(&key(&name), &s);
+                m.addresses().observe(&key(&name), &CachedShard::new(&s));
                 m.releases()
                     .observe_deleted(&key(&name), Some(&s), Some(&rv.to_string()));
             }
@@ -592,7 +596,7 @@ mod tests {
     #[test]
     fn events_repeat_only_after_the_interval_or_with_a_new_note() {
         let m = memory();
-        m.addresses().observe(&key("a"), &shard("a", "u1", ""));
+        m.addresses().observe(&key("a"), &record("a", "u1", ""));
         let t0 = Instant::now();
         let hour = Duration::from_secs(3600);
         assert!(
@@ -629,7 +633,7 @@ mod tests {
     fn staleness_follows_our_last_write() {
         let m = memory();
         let s = shard("a", "u1", "");
-        m.addresses().observe(&key("a"), &s);
+        m.addresses().observe(&key("a"), &CachedShard::new(&s));
         m.addresses().wrote_over(&key("a"), Some("1"));
         assert!(m.addresses().is_stale(&key("a"), &s));
         let mut newer = s.clone();
@@ -645,7 +649,7 @@ mod tests {
     fn a_cache_past_our_write_ends_the_staleness_without_a_reconcile() {
         let m = memory();
         let s = shard("a", "u1", "");
-        m.addresses().observe(&key("a"), &s);
+        m.addresses().observe(&key("a"), &CachedShard::new(&s));
         m.addresses().wrote_over(&key("a"), Some("1"));
         m.addresses().cached_at(&key("a"), "1");
         assert!(
