@@ -6,16 +6,18 @@
 //! per new shard and the one per deleted shard, [`ideal::watch`]) each get a world of their own
 //! and the same schedule ([`schedule`]), in one run.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use egress_api::shard::EgressShard;
+use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 
-use localplane::testing::PLATFORM_PROJECT;
+use localplane::testing::{PLATFORM_PROJECT, shards_key};
 
 use super::bed::{self, Bed, ControlPlaneUse, Progress};
 use super::host::{LoadAvg, load_range, mib};
@@ -241,9 +243,11 @@ pub async fn measure(args: &ChurnArgs, bin: &Path) -> anyhow::Result<ChurnReport
             args.concurrency,
         )
         .await?;
+        let claims = held_claims(&bed, &ops).await?;
         let mut progress = bed.progress().await?;
         let cp_before = bed::control_plane_cpu(&bed);
-        let (waits, load, deleted) = churn(&bed, &mut progress, args, &ops, rep, timeout).await?;
+        let (waits, load, deleted) =
+            churn(&bed, &mut progress, args, &ops, &claims, rep, timeout).await?;
         report.ideal_control_plane = bed::control_plane_use(&bed, cp_before);
         task.abort();
         verify(&bed, &deleted)
@@ -265,12 +269,14 @@ pub async fn measure(args: &ChurnArgs, bin: &Path) -> anyhow::Result<ChurnReport
             &[],
         )
         .await?;
+        let claims = held_claims(&bed, &ops).await?;
         // On the real cell the bench's watch is counted when it ends: after the run's counts.
         let mut progress = bed.progress().await?;
         bed.reset_counters().await?;
         let before = ctl.cpu_time();
         let cp_before = bed::control_plane_cpu(&bed);
-        let (waits, load, deleted) = churn(&bed, &mut progress, args, &ops, rep, timeout).await?;
+        let (waits, load, deleted) =
+            churn(&bed, &mut progress, args, &ops, &claims, rep, timeout).await?;
         report.controller_control_plane = bed::control_plane_use(&bed, cp_before);
         ctl.check_alive()?;
         if let (Some(after), Some(before)) = (ctl.cpu_time(), before) {
@@ -325,6 +331,48 @@ fn merge(into: &mut Waits, mut from: Waits, load: Option<LoadAvg>) {
     into.loads.extend(load);
 }
 
+/// The claim each held shard that `ops` deletes names in its ref, read before the churn (and
+/// before counting starts): a ref is write-once, and the real apiserver answers the DELETE of a
+/// custom resource with a Status, not the object, so the deletion itself does not tell.
+async fn held_claims(bed: &Bed, ops: &[(Duration, Op)]) -> anyhow::Result<HashMap<String, String>> {
+    let names = ops.iter().filter_map(|(_, op)| match op {
+        Op::Delete(i) => Some(format!("shard-{i}")),
+        Op::Create(_) => None,
+    });
+    if !bed.is_real() {
+        // localplane's store is read without a request.
+        let cell = bed.world.lp().cell();
+        return Ok(names
+            .filter_map(|name| {
+                let shard = cell.object(&shards_key(), Some(BENCH_NAMESPACE), &name)?;
+                let claim = shard["spec"]["shardAddressIPv6ClaimRef"]["name"].as_str()?;
+                Some((name, claim.to_string()))
+            })
+            .collect());
+    }
+    let api: Api<EgressShard> = Api::namespaced(bed.cell_admin(), BENCH_NAMESPACE);
+    futures::stream::iter(names)
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                let shard = api
+                    .get(&name)
+                    .await
+                    .with_context(|| format!("reading held shard {name}"))?;
+                anyhow::Ok(
+                    shard
+                        .spec
+                        .shard_address_ipv6_claim_ref
+                        .map(|r| (name, r.name)),
+                )
+            }
+        })
+        .buffer_unordered(16)
+        .try_filter_map(|named| async move { Ok(named) })
+        .try_collect()
+        .await
+}
+
 /// A held shard the churn deleted: when, and the claim its ref named.
 #[derive(Debug, Clone)]
 pub struct Deleted {
@@ -351,7 +399,7 @@ async fn verify(bed: &Bed, deleted: &[Deleted]) -> anyhow::Result<()> {
         .collect();
     if !unknown.is_empty() {
         wrong.push(format!(
-            "{} deleted shards named no claim when deleted: {}",
+            "{} deleted shards named no claim before the churn: {}",
             unknown.len(),
             some(&unknown)
         ));
@@ -416,12 +464,14 @@ async fn verify(bed: &Bed, deleted: &[Deleted]) -> anyhow::Result<()> {
 /// watch, so its delivery delay is on both ends). A release wait ends at the claim's removal as
 /// IPAM commits it and starts at the shard's removal as the store commits it; the real
 /// apiserver's commit is not to be had in this process, so there it starts when the answer to
-/// the DELETE arrives, after the commit by the answer's trip.
+/// the DELETE arrives, after the commit by the answer's trip. `claims` names the claim of each
+/// shard to delete ([`held_claims`]).
 async fn churn(
     bed: &Bed,
     progress: &mut Progress,
     args: &ChurnArgs,
     ops: &[(Duration, Op)],
+    claims: &HashMap<String, String>,
     rep: usize,
     timeout: Duration,
 ) -> anyhow::Result<(Waits, Option<LoadAvg>, Vec<Deleted>)> {
@@ -447,16 +497,12 @@ async fn churn(
             Op::Delete(i) => {
                 let api = api.clone();
                 let name = format!("shard-{i}");
+                let claim = claims.get(&name).cloned();
                 deletes.spawn(async move {
-                    let answer = api.delete(&name, &DeleteParams::default()).await;
+                    api.delete(&name, &DeleteParams::default())
+                        .await
+                        .with_context(|| format!("deleting shard {name}"))?;
                     let at = Instant::now();
-                    // The real apiserver answers with the object as it was removed; localplane
-                    // with a Status, its store's record naming the claim instead.
-                    let claim = answer
-                        .with_context(|| format!("deleting shard {name}"))?
-                        .left()
-                        .and_then(|s| s.spec.shard_address_ipv6_claim_ref)
-                        .map(|r| r.name);
                     anyhow::Ok(Deleted { name, at, claim })
                 });
             }
@@ -470,9 +516,8 @@ async fn churn(
     let mut deleted = vec![];
     while let Some(done) = deletes.join_next().await {
         let mut d = done??;
-        if let Some((at, claim)) = timeline.as_ref().and_then(|t| t.deleted(&d.name)) {
+        if let Some(at) = timeline.as_ref().and_then(|t| t.deleted(&d.name)) {
             d.at = at;
-            d.claim = d.claim.or(claim);
         }
         deleted.push(d);
     }

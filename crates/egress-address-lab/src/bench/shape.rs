@@ -256,13 +256,13 @@ fn fields_of(old: &Value, new: &Value) -> Value {
 
 /// When each shard of a cell was created and when it was first seen addressed, recorded by a
 /// storage hook as the writes commit (in the server, under its lock), so a bench can tell how
-/// long each shard waited without watching anything over HTTP; and when each was deleted, with
-/// the claim its ref named, so the wait for the claim's release starts at the same kind of
-/// record as the claim's removal ([`Releases`]) ends it.
+/// long each shard waited without watching anything over HTTP; and when each was deleted, so the
+/// wait for its claim's release starts at the same kind of record as the claim's removal
+/// ([`Releases`]) ends it.
 #[derive(Default)]
 pub struct Timeline {
     times: Mutex<HashMap<String, (Instant, Option<Instant>)>>,
-    deleted: Mutex<HashMap<String, (Instant, Option<String>)>>,
+    deleted: Mutex<HashMap<String, Instant>>,
 }
 
 impl Timeline {
@@ -287,18 +287,10 @@ impl Timeline {
             .collect()
     }
 
-    /// When shard `name` was removed, and the claim its ref named then (`None` while it exists,
-    /// or when it named none).
-    pub fn deleted(&self, name: &str) -> Option<(Instant, Option<String>)> {
-        crate::bench::lock(&self.deleted).get(name).cloned()
+    /// When shard `name` was removed, if it was.
+    pub fn deleted(&self, name: &str) -> Option<Instant> {
+        crate::bench::lock(&self.deleted).get(name).copied()
     }
-}
-
-/// The claim a shard's ref names, if it names one.
-pub fn claim_of(shard: &Value) -> Option<String> {
-    shard["spec"]["shardAddressIPv6ClaimRef"]["name"]
-        .as_str()
-        .map(str::to_string)
 }
 
 struct TimelineHook {
@@ -360,11 +352,11 @@ impl StorageHooks for TimelineHook {
         obj: &Value,
     ) -> Result<(), Status> {
         if let Some(name) = self.ours(obj) {
-            let (name, claim) = (name.to_string(), claim_of(obj));
+            let name = name.to_string();
             let timeline = self.timeline.clone();
             // A later hook may still refuse the delete: only a removal that lands is a deletion.
             txn.after_commit(Box::new(move || {
-                crate::bench::lock(&timeline.deleted).insert(name, (Instant::now(), claim));
+                crate::bench::lock(&timeline.deleted).insert(name, Instant::now());
             }));
         }
         Ok(())
