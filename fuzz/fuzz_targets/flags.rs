@@ -14,13 +14,23 @@ use egress_address::config::duration::parse_duration;
 use egress_address::config::goflags::normalize;
 use libfuzzer_sys::fuzz_target;
 
+/// The controller's command as clap builds it, built once: building it (with clap's debug
+/// assertions, on under `-a`) is most of what an input costs, and `normalize` clones the command
+/// it is given and builds the clone, which for a built command is a no-op.
+fn command() -> &'static clap::Command {
+    static COMMAND: OnceLock<clap::Command> = OnceLock::new();
+    COMMAND.get_or_init(|| {
+        let mut command = Args::command();
+        command.build();
+        command
+    })
+}
+
 /// Every long flag of the controller, as clap knows it.
 fn flags() -> &'static [String] {
     static FLAGS: OnceLock<Vec<String>> = OnceLock::new();
     FLAGS.get_or_init(|| {
-        let mut command = Args::command();
-        command.build();
-        command
+        command()
             .get_arguments()
             .filter_map(|a| a.get_long().map(str::to_string))
             .collect()
@@ -120,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
                 Err(_) => break,
             }
         }
-        let normalized = normalize(args.clone(), &Args::command());
+        let normalized = normalize(args.clone(), command());
         assert!(
             normalized.len() <= args.len(),
             "normalising never adds an argument"

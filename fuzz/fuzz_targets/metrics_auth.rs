@@ -178,10 +178,10 @@ fuzz_target!(|data: &[u8]| {
             requests.push((h, wait));
         }
         // A token the cell's own answers repeat (a user named after it) may come back in a 403.
-        let answered: Vec<u8> = answers
-            .iter()
-            .flat_map(|a| a.body.iter().copied())
-            .collect();
+        let mut answered = Vec::new();
+        for a in &answers {
+            answered.extend_from_slice(&a.body);
+        }
         let cell = Plane::new(answers);
         let rt = fuzzing::runtime();
         rt.block_on(async {
@@ -227,7 +227,8 @@ fuzz_target!(|data: &[u8]| {
                 if status == StatusCode::OK {
                     assert!(reviewed, "allowed without a review of this token");
                 }
-                let echoed = answered.windows(token.len()).any(|w| w == token.as_bytes());
+                let echoed = !token.is_empty()
+                    && memchr::memmem::find(&answered, token.as_bytes()).is_some();
                 if status != StatusCode::OK && token.len() >= 6 && !echoed {
                     let text = String::from_utf8_lossy(&body);
                     assert!(

@@ -151,11 +151,13 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         // Every shard name the cell sends appears in some answer's bytes.
-        let sent_bytes: Vec<u8> = lists
-            .iter()
-            .chain(watches.iter())
-            .flat_map(|a: &Answer| a.body.iter().copied())
-            .collect();
+        let mut sent_bytes = Vec::new();
+        for a in lists.iter().chain(watches.iter()) {
+            sent_bytes.extend_from_slice(&a.body);
+        }
+        // Searched with memchr's substring finder: comparing every window of the bytes, each
+        // comparison traced by the coverage instrumentation, took a third of this target's time.
+        let sent = |needle: &[u8]| memchr::memmem::find(&sent_bytes, needle).is_some();
         let cell = Plane::routed(vec![lists, watches], route);
         let rt = fuzzing::runtime();
         let names = rt.block_on(async {
@@ -183,10 +185,7 @@ fuzz_target!(|data: &[u8]| {
             let quoted = serde_json::to_string(&name).unwrap();
             let raw = quoted.trim_matches('"');
             assert!(
-                sent_bytes
-                    .windows(raw.len().max(1))
-                    .any(|w| w == raw.as_bytes())
-                    || name.is_empty(),
+                sent(raw.as_bytes()) || name.is_empty(),
                 "the cache holds {name:?}, which the cell never sent"
             );
         }
