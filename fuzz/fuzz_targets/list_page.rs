@@ -23,7 +23,7 @@ use kube::runtime::watcher::Event;
 use libfuzzer_sys::fuzz_target;
 
 /// What the controller does with a record the watch decoded: the cache keeps it, and a decision
-/// and the watch's `step` read its view.
+/// and the watch's `step` read it, the decision through its view.
 fn judge(record: &CachedShard) {
     let view = record.shard();
     // The record the view makes again is the same: nothing a decision reads is lost or changed
@@ -33,7 +33,7 @@ fn judge(record: &CachedShard) {
         format!("{record:?}")
     );
     assert_eq!(record.key(), ShardKey::of(&view));
-    match step(&Event::Apply(view.clone())) {
+    match step(&Event::Apply(record.clone())) {
         Step::Changed {
             key,
             queue,
