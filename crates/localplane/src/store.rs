@@ -164,10 +164,56 @@ impl Store {
                     .map(|(k, v)| (k.clone(), v.clone())),
             ));
         }
+        let then = self.changed_since(res, ns, after, at)?;
+        Some(Box::new(AsOf {
+            now: self.range(res, ns, after).peekable(),
+            then: then.into_iter().peekable(),
+        }))
+    }
+
+    /// How many objects [`range_at`](Self::range_at) would give, counted without rebuilding
+    /// them: the objects now, less those created since `at`, plus those deleted since. A
+    /// continue page's `remainingItemCount` is this, once per page; rebuilding the rest of the
+    /// snapshot for it made every page of a long list cost the whole list again (as soon as
+    /// anything at all was written after its first page, a client's own Lease renewal
+    /// included), which etcd, counting a range at a revision, does not.
+    pub fn count_at(
+        &self,
+        res: &ResourceKey,
+        ns: Option<&str>,
+        after: Option<&ObjKey>,
+        at: u64,
+    ) -> Option<usize> {
+        let now = self.range(res, ns, after).count();
+        if at >= self.rv {
+            return Some(now);
+        }
+        let exists_now = |key: &ObjKey| self.objects.get(res).is_some_and(|m| m.contains_key(key));
+        let changed = self.changed_since(res, ns, after, at)?;
+        let (mut gained, mut lost) = (0, 0);
+        for (key, was) in &changed {
+            match (was.is_some(), exists_now(key)) {
+                (true, false) => gained += 1,
+                (false, true) => lost += 1,
+                _ => {}
+            }
+        }
+        Some(now + gained - lost)
+    }
+
+    /// What each object of the range that changed after `at` was at `at` (`None`: it did not
+    /// exist yet), told by the first change after `at`. `None` when history no longer reaches
+    /// back that far.
+    fn changed_since(
+        &self,
+        res: &ResourceKey,
+        ns: Option<&str>,
+        after: Option<&ObjKey>,
+        at: u64,
+    ) -> Option<BTreeMap<ObjKey, Option<Arc<Value>>>> {
         if at < self.snapshot_floor {
             return None;
         }
-        // The first change after `at` to each object says what it was at `at`.
         let mut then: BTreeMap<ObjKey, Option<Arc<Value>>> = BTreeMap::new();
         for e in self.history_after(at).filter(|e| e.res == *res) {
             let key = key_of(&e.obj);
@@ -179,10 +225,7 @@ impl Store {
                 EventType::Modified | EventType::Deleted => e.prev.clone(),
             });
         }
-        Some(Box::new(AsOf {
-            now: self.range(res, ns, after).peekable(),
-            then: then.into_iter().peekable(),
-        }))
+        Some(then)
     }
 
     pub fn history_after(&self, rv: u64) -> impl Iterator<Item = &Arc<WatchEvent>> {

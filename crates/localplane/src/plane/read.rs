@@ -452,20 +452,15 @@ impl Plane {
         let mut items: Vec<Arc<Value>> = Vec::new();
         let mut cont_out = None;
         let mut remaining = None;
-        let mut objects = objects.filter(|(_, v)| matches(v));
-        for (_, v) in objects.by_ref() {
+        for (_, v) in objects.filter(|(_, v)| matches(v)) {
             if limit.is_some_and(|l| items.len() == l) {
                 let last = key_of(items.last().expect("limit > 0"));
                 cont_out = Some(encode_continue(Some(rv), &last));
                 let selected = !q.labels.is_empty() || !q.fields.is_empty();
                 if !selected {
-                    // At the newest state the rest of the list is a range of the store, counted
-                    // without copying a key; an older snapshot is counted as it is rebuilt.
-                    let rest = if rv == current {
-                        st.store.range(&key, ns, Some(&last)).count()
-                    } else {
-                        1 + objects.count()
-                    };
+                    // Counted without rebuilding a key or an object, at the newest state or
+                    // an older one alike (`count_at`).
+                    let rest = st.store.count_at(&key, ns, Some(&last), rv).unwrap_or(0);
                     remaining = Some(rest as u64);
                 }
                 break;
