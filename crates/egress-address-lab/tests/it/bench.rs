@@ -104,19 +104,24 @@ fn common() -> Common {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn churn_times_every_new_shard_on_both_sides() {
-    let _turn = one_fleet_at_a_time().await;
-    let args = ChurnArgs {
+/// 20 held shards, 10 new ones over a second, and `delete_share` of the churn deletes.
+fn tiny_churn(delete_share: f64) -> ChurnArgs {
+    ChurnArgs {
         common: common(),
         shards: 20,
         rate: 10.0,
         seconds: 1,
-        delete_share: 0.0,
+        delete_share,
         concurrency: 2,
         repeat: 1,
         run_timeout_seconds: 120,
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_times_every_new_shard_on_both_sides() {
+    let _turn = one_fleet_at_a_time().await;
+    let args = tiny_churn(0.0);
     let bin = locate_controller(None).expect("the controller binary is built");
     let report = churn::measure(&args, &bin).await.expect("the churn runs");
     eprintln!("{}", report.markdown());
@@ -134,17 +139,8 @@ async fn churn_times_every_new_shard_on_both_sides() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_with_deletes_times_every_release_on_both_sides() {
     let _turn = one_fleet_at_a_time().await;
-    let args = ChurnArgs {
-        common: common(),
-        shards: 20,
-        rate: 10.0,
-        seconds: 1,
-        // As many deletes as creates: 10 of the 20 held shards.
-        delete_share: 0.5,
-        concurrency: 2,
-        repeat: 1,
-        run_timeout_seconds: 120,
-    };
+    // As many deletes as creates: 10 of the 20 held shards.
+    let args = tiny_churn(0.5);
     let bin = locate_controller(None).expect("the controller binary is built");
     // The run itself fails if a deleted shard's claim is left on either side.
     let report = churn::measure(&args, &bin).await.expect("the churn runs");
