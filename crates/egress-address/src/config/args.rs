@@ -3,9 +3,10 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use clap::{ArgAction, Args as ClapArgs, CommandFactory, Parser, Subcommand};
+use clap::{ArgAction, Args as ClapArgs, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use super::duration::parse_duration;
@@ -334,9 +335,10 @@ impl LogArgs {
 }
 
 impl Args {
-    /// Parses the process's arguments, Go's flag syntax included.
+    /// Parses the process's arguments, Go's flag syntax included; exits as clap does on a
+    /// refused argument, `--help` or `--version`.
     pub fn parse_go_style() -> Self {
-        Self::parse_from(goflags::normalize(std::env::args_os(), &Self::command()))
+        Self::try_parse_go_style(std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 
     /// [`parse_go_style`](Self::parse_go_style) of given arguments (the program name first).
@@ -345,7 +347,23 @@ impl Args {
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        Self::try_parse_from(goflags::normalize(args, &Self::command()))
+        let mut command = Self::built();
+        let args = goflags::normalize(args, &command);
+        let mut matches = command.try_get_matches_from_mut(args)?;
+        Self::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
+    }
+
+    /// The command, built once: building it (with clap's checks of it, in a debug build) was
+    /// most of what a parse cost, and the Go-style flags needed it built twice per parse. A
+    /// built command's clone is not built again; flags' `env` fallbacks are read at parse time,
+    /// not here.
+    fn built() -> clap::Command {
+        static BUILT: LazyLock<clap::Command> = LazyLock::new(|| {
+            let mut command = Args::command();
+            command.build();
+            command
+        });
+        BUILT.clone()
     }
 
     /// Writes the completion script for `shell`.
