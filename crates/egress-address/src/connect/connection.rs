@@ -7,12 +7,15 @@
 //! ones use the new credential, and nothing is restarted.
 //!
 //! Every answer except a watch stream is read up to a limit, so one huge answer cannot take the
-//! process past its memory limit; past it the request fails, naming the limit.
+//! process past its memory limit; past it the request fails, naming the limit. A watch stream has
+//! no end, so there the limit holds for each of its events (a line): kube's watch decoder gathers
+//! a line until its newline with no bound of its own.
 //!
 //! Every request of both planes passes here, so this is where they are counted: an optional
 //! [`RequestObserver`] hears of each one when its answer (or its failure) arrives.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -88,6 +91,13 @@ pub struct AnswerTooLarge {
     pub limit: usize,
 }
 
+/// An event of a watch stream, bounded.
+#[derive(Debug, thiserror::Error)]
+#[error("a watch event was larger than {limit} bytes and was not read; the watch starts over")]
+pub struct EventTooLarge {
+    pub limit: usize,
+}
+
 #[derive(Clone)]
 struct Swap {
     current: Arc<RwLock<Endpoint>>,
@@ -108,7 +118,7 @@ impl tower::Service<Request<Body>> for Swap {
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let Endpoint { client, host } = crate::sync::read(&self.current).clone();
         let refused = self.refused.clone();
-        let limit = (!is_watch(&req)).then_some(self.limit);
+        let (limit, watch) = (self.limit, is_watch(&req));
         let observe = self.observe.clone();
         let method = req.method().clone();
         Box::pin(async move {
@@ -120,7 +130,7 @@ impl tower::Service<Request<Body>> for Swap {
             if res.status() == StatusCode::UNAUTHORIZED {
                 refused.notify_one();
             }
-            Ok(res.map(|body| bounded(body, limit)))
+            Ok(res.map(|body| bounded(body, limit, watch)))
         })
     }
 }
@@ -131,18 +141,79 @@ fn is_watch(req: &Request<Body>) -> bool {
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
-fn bounded(body: Body, limit: Option<usize>) -> UnsyncBoxBody<Bytes, BoxError> {
-    match limit {
-        Some(limit) => Limited::new(body, limit)
-            .map_err(move |e| -> BoxError {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    Box::new(AnswerTooLarge { limit })
-                } else {
-                    e
-                }
-            })
-            .boxed_unsync(),
-        None => body.map_err(BoxError::from).boxed_unsync(),
+/// `body` read up to `limit` bytes, or for a `watch`, up to `limit` bytes an event.
+fn bounded(body: Body, limit: usize, watch: bool) -> UnsyncBoxBody<Bytes, BoxError> {
+    if watch {
+        return LineBounded::new(body.map_err(BoxError::from), limit).boxed_unsync();
+    }
+    Limited::new(body, limit)
+        .map_err(move |e| -> BoxError {
+            if e.is::<http_body_util::LengthLimitError>() {
+                Box::new(AnswerTooLarge { limit })
+            } else {
+                e
+            }
+        })
+        .boxed_unsync()
+}
+
+/// A stream of lines none longer than `limit` bytes: the line that would be fails the stream
+/// before any of its bytes past what was already passed on are handed over.
+struct LineBounded<B> {
+    inner: B,
+    limit: usize,
+    /// Bytes of the line in progress (since the last newline).
+    run: usize,
+}
+
+impl<B> LineBounded<B> {
+    fn new(inner: B, limit: usize) -> Self {
+        Self {
+            inner,
+            limit,
+            run: 0,
+        }
+    }
+}
+
+impl<B> hyper::body::Body for LineBounded<B>
+where
+    B: hyper::body::Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let Some(Ok(frame)) = &frame
+            && let Some(data) = frame.data_ref()
+        {
+            // The first part continues the line in progress; the last one starts the next.
+            let mut parts = data.split(|b| *b == b'\n');
+            let mut line = self.run + parts.next().map_or(0, <[u8]>::len);
+            let mut longest = line;
+            for part in parts {
+                line = part.len();
+                longest = longest.max(line);
+            }
+            self.run = line;
+            if longest > self.limit {
+                let limit = self.limit;
+                return Poll::Ready(Some(Err(Box::new(EventTooLarge { limit }))));
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -311,15 +382,52 @@ mod tests {
 
     #[tokio::test]
     async fn answers_past_the_limit_fail_naming_it() {
-        let small = bounded(Body::from(vec![b'x'; 10]), Some(16));
+        let small = bounded(Body::from(vec![b'x'; 10]), 16, false);
         assert_eq!(small.collect().await.unwrap().to_bytes().len(), 10);
-        let big = bounded(Body::from(vec![b'x'; 100]), Some(16));
+        let big = bounded(Body::from(vec![b'x'; 100]), 16, false);
         let err = big.collect().await.unwrap_err();
         assert_eq!(
             err.to_string(),
             "the answer was larger than 16 bytes and was not read"
         );
-        let stream = bounded(Body::from(vec![b'x'; 100]), None);
-        assert_eq!(stream.collect().await.unwrap().to_bytes().len(), 100);
+        // A watch is bounded by event, not in all.
+        let mut events = b"{}\n".repeat(50);
+        events.extend(b"{\"a\":1}\n");
+        let stream = bounded(Body::from(events.clone()), 16, true);
+        assert_eq!(stream.collect().await.unwrap().to_bytes(), events);
+        let long = bounded(Body::from(vec![b'x'; 100]), 16, true);
+        assert_eq!(
+            long.collect().await.unwrap_err().to_string(),
+            "a watch event was larger than 16 bytes and was not read; the watch starts over"
+        );
+    }
+
+    /// `chunks`, one frame each, through a watch's bound of 8 bytes an event.
+    async fn read_events(chunks: &[&'static [u8]]) -> Result<Bytes, BoxError> {
+        let frames = chunks
+            .iter()
+            .map(|c| Ok::<_, BoxError>(hyper::body::Frame::data(Bytes::from_static(c))))
+            .collect::<Vec<_>>();
+        let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+        Ok(LineBounded::new(body, 8).collect().await?.to_bytes())
+    }
+
+    #[tokio::test]
+    async fn a_watch_event_is_bounded_wherever_the_frames_cut_it() {
+        // Events of 8 bytes, cut anywhere, pass whole.
+        let whole = read_events(&[b"aaaa", b"aaaa\nbb", b"bbbbbb\n", b"cccccccc"]).await;
+        assert_eq!(
+            whole.unwrap(),
+            Bytes::from_static(b"aaaaaaaa\nbbbbbbbb\ncccccccc")
+        );
+        // One of 9: across frames, within one frame between others, or still unfinished.
+        for chunks in [
+            &[b"aaaa" as &[u8], b"aaaaa\n"][..],
+            &[b"a\nbbbbbbbbb\nc"],
+            &[b"a\n", b"bbbbbbbb", b"b"],
+        ] {
+            let err = read_events(chunks).await.unwrap_err();
+            assert!(err.is::<EventTooLarge>(), "{chunks:?}: {err}");
+        }
     }
 }
