@@ -353,10 +353,8 @@ impl Args {
         Self::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
     }
 
-    /// The command, built once: building it (with clap's checks of it, in a debug build) was
-    /// most of what a parse cost, and the Go-style flags needed it built twice per parse. A
-    /// built command's clone is not built again; flags' `env` fallbacks are read at parse time,
-    /// not here.
+    /// The command, built once (a parse built it twice); a clone is not built again, and `env`
+    /// fallbacks are read at parse time.
     fn built() -> clap::Command {
         static BUILT: LazyLock<clap::Command> = LazyLock::new(|| {
             let mut command = Args::command();
