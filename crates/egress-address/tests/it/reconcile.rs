@@ -617,3 +617,99 @@ async fn a_conflicting_update_is_retried_and_reuses_its_own_claim() {
     assert_eq!(claims.len(), 1, "one claim, one address");
     ctl.stop().await.unwrap();
 }
+
+/// A cell client that can hold one GET of one shard: once armed, the next such request says it
+/// arrived and waits to be let go before it reaches the server.
+struct HeldRead {
+    armed: std::sync::atomic::AtomicBool,
+    arrived: tokio::sync::Notify,
+    go: tokio::sync::Notify,
+}
+
+impl HeldRead {
+    fn client(inner: kube::Client, shard: &str) -> (kube::Client, std::sync::Arc<HeldRead>) {
+        let held = std::sync::Arc::new(HeldRead {
+            armed: false.into(),
+            arrived: tokio::sync::Notify::new(),
+            go: tokio::sync::Notify::new(),
+        });
+        let suffix = format!("/namespaces/{SHARD_NS}/egressshards/{shard}");
+        let gate = held.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (inner, gate) = (inner.clone(), gate.clone());
+            let hold = req.method() == http::Method::GET
+                && req.uri().path().ends_with(&suffix)
+                && gate.armed.swap(false, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if hold {
+                    gate.arrived.notify_one();
+                    gate.go.notified().await;
+                }
+                inner.send(req).await
+            }
+        });
+        (kube::Client::new(service, "default"), held)
+    }
+}
+
+/// A pass that found no shard of the name forgets it; a deletion of the name seen while that
+/// pass read the live shard must outlive the forgetting, or its claim is never released (the
+/// chaos run on the real cell met this: a second incarnation deleted while the first's release
+/// was being retried).
+#[tokio::test]
+async fn a_deletion_seen_during_a_pass_that_finds_the_name_empty_is_still_released() {
+    let plane = Plane::start().await;
+    let (cell, held) = HeldRead::client(plane.cell(), "twice");
+    let ctl = start_controller_with(settings(), cell, plane.ipam_for_controller().await).await;
+    plane.create_shard("twice").await;
+    let first = addressed(&plane, "twice").await;
+    let first_claim = plane.claim_name_of("twice", first.metadata.uid.as_deref().unwrap());
+
+    // The first incarnation's release keeps failing while a second one is made and addressed.
+    plane.set_faults(vec![fault(PLATFORM, "delete", "ipclaims", 500)]);
+    plane.delete_shard("twice").await;
+    plane.create_shard("twice").await;
+    let second = addressed(&plane, "twice").await;
+    let second_claim = plane.claim_name_of("twice", second.metadata.uid.as_deref().unwrap());
+    assert!(
+        plane.claim_now(&first_claim).is_some(),
+        "its release failed"
+    );
+
+    // A retry of the first's release reads the live shard; meanwhile the second is deleted and
+    // the controller's watch shows it, then the read answers that no shard of the name exists.
+    held.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(10), held.arrived.notified())
+        .await
+        .expect("a retried pass reads the live shard");
+    plane.clear_faults();
+    plane.delete_shard("twice").await;
+    // The watch brings changes in order: once the cache has a later shard, it had the deletion.
+    let later = plane.create_shard("later").await;
+    settled_at(&ctl, later.metadata.resource_version.as_deref().unwrap()).await;
+    held.go.notify_one();
+
+    claim_released(
+        &plane,
+        &first_claim,
+        "the first incarnation's claim released",
+    )
+    .await;
+    claim_released(
+        &plane,
+        &second_claim,
+        "the second incarnation's claim released",
+    )
+    .await;
+    ctl.stop().await.unwrap();
+}
+
+/// Waits until the controller's cache has applied `resource_version`.
+async fn settled_at(ctl: &Ctl, resource_version: &str) {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        ctl.handle.wait_seen(resource_version),
+    )
+    .await
+    .expect("the controller's cache reaches the version");
+}

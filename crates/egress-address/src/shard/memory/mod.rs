@@ -205,13 +205,29 @@ impl ShardMemory {
         crate::sync::lock(&self.inner)
     }
 
-    /// Forgets everything about a shard: the one way out of this memory.
+    /// Forgets a shard that no longer exists: the one way out of this memory besides a release.
+    /// Deletions still to release are kept: the pass that found the name empty took its list of
+    /// them before it read the API server, so one seen meanwhile (an incarnation made and deleted
+    /// during the read) is not yet released, and nothing else remembers its claim.
     pub fn forget(&self, key: &ShardKey) {
         let mut inner = self.lock();
         if let Some(record) = inner.records.remove(key) {
             inner.move_holder(key, record.address, None);
             inner.move_holder(key, record.more().reserved, None);
             inner.count(record.state, None, &self.metrics);
+            let gone = record.more.map(|m| m.gone).unwrap_or_default();
+            if !gone.is_empty() {
+                inner.records.insert(
+                    key.clone(),
+                    Record {
+                        more: Some(Box::new(More {
+                            gone,
+                            ..More::default()
+                        })),
+                        ..Record::default()
+                    },
+                );
+            }
         }
     }
 
@@ -447,6 +463,28 @@ mod tests {
         let gone = m.releases().gone(&key("a"));
         m.releases().released(&key("a"), &gone[0]);
         assert!(m.is_empty(), "nothing is kept once released");
+    }
+
+    #[test]
+    fn forgetting_a_shard_keeps_the_deletions_still_to_release() {
+        let m = memory();
+        let s = shard("a", "u1", "2001:db8::1");
+        m.addresses().observe(&key("a"), &CachedShard::new(&s));
+        m.releases()
+            .observe_deleted(&key("a"), Some(&s), Some("10"));
+        m.forget(&key("a"));
+        let gone = m.releases().gone(&key("a"));
+        assert_eq!(gone.len(), 1, "the deletion outlives the forgetting");
+        assert_eq!(m.releases().keys_with_deletions(), vec![key("a")]);
+        let addr: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        m.addresses().observe(&key("b"), &record("b", "u2", ""));
+        assert_eq!(
+            m.addresses().reserve(&key("b"), addr),
+            Ok(()),
+            "the address is free"
+        );
+        m.releases().released(&key("a"), &gone[0]);
+        assert!(!m.knows(&key("a")), "gone once released");
     }
 
     fn watermark(from: &str, through: &str) -> Option<Watermark> {
