@@ -1,6 +1,6 @@
 //! The shard watch: keeps the shard cache and the per-shard memory true, and queues
 //! work for the leader. A standby queues nothing: it remembers only deletions (until the leader
-//! reports them released), and on taking over looks at every shard once.
+//! reports them released), and on taking over looks once at every shard that needs work.
 //!
 //! A leader whose lease renewal is late (past its deadline, neither answered nor failed) is still
 //! the holder: it keeps queueing, and its workers wait for the renewal. Dropping those events
@@ -27,7 +27,6 @@ use super::leader::LapseReport;
 use super::readiness::CellHealth;
 use super::shared::Shared;
 use crate::kube_status::{forbidden_message, is_unauthorized, transport_cause};
-use crate::shard::decide::{Decision, decide};
 use crate::shard::watched::WatchedShard;
 use crate::shard::{CachedShard, ShardKey};
 
@@ -42,8 +41,8 @@ pub enum Step {
     /// A listed shard: recorded and cached now, queued once the list is complete (a shard the
     /// list has yet to show may still be cached from before it, and be one deleted meanwhile).
     Listed(ShardKey),
-    /// The list is complete: every listed shard is queued, and whatever the cache held that the
-    /// list lacks was deleted while the watch was down.
+    /// The list is complete: every listed shard that needs work is queued, and whatever the
+    /// cache held that the list lacks was deleted while the watch was down.
     ListDone,
     /// A shard changed: recorded, and queued unless it needs nothing (most often the echo of
     /// this controller's own write; a deleted incarnation's release needs no event, its DELETED
@@ -69,7 +68,7 @@ pub fn step(event: &watcher::Event<CachedShard>) -> Step {
         watcher::Event::InitDone => Step::ListDone,
         watcher::Event::Apply(shard) => Step::Changed {
             key: shard.key(),
-            queue: decide(&shard.shard()) != Decision::Nothing,
+            queue: shard.needs_work(),
             version: version(shard),
         },
         watcher::Event::Delete(shard) => Step::Deleted {
@@ -142,8 +141,8 @@ impl Watch {
                 version: Some(version),
                 ..
             } => shared.activity.observed(version),
-            // Ready only once the listed shards are queued: whoever waits for readiness and
-            // then for an idle queue sees the listed shards worked off.
+            // Ready only once the listed shards that need work are queued: whoever waits for
+            // readiness and then for an idle queue sees them worked off.
             Step::ListDone if !shared.readiness.is_synced() => {
                 info!(
                     shards = shared.cache.len(),
@@ -300,8 +299,9 @@ fn kube_error_of(err: &watcher::Error) -> Option<&kube::Error> {
     }
 }
 
-/// A new leader looks at every shard once, and at every deletion still pending: the previous
-/// leader may have left work unfinished. A leader that loses the lease drops its queue. A
+/// A new leader looks once at every shard that needs work by itself (an addressed, labelled shard
+/// needs none) and at every deletion still pending: the previous leader may have left work
+/// unfinished. A leader that loses the lease drops its queue. A
 /// renewal past its deadline is no loss: it is said (a warning, the metric, a note on `/ready`)
 /// and the queue is kept for when it lands.
 pub async fn follow_leadership(shared: Shared, stop: CancellationToken) {
@@ -323,7 +323,7 @@ pub async fn follow_leadership(shared: Shared, stop: CancellationToken) {
         rx.borrow_and_update();
         let holds = leader.holds();
         if holds && !held {
-            for key in cache.keys() {
+            for key in cache.keys_needing_work() {
                 queue.add(key);
             }
             for key in memory.releases().keys_with_deletions() {

@@ -112,6 +112,10 @@ impl Workers {
             self.shared.readiness.refresh();
             self.shared.queue.done(&key);
             self.file(key, next);
+            // A pass with nothing to ask of anyone never waits, and a queue of them would hold a
+            // one-thread runtime: `/live`, `/ready` and `/metrics` would answer only after the
+            // burst. Tokio's budget makes the worker step aside every so many passes.
+            tokio::task::consume_budget().await;
         }
     }
 

@@ -98,6 +98,12 @@ impl ShardCache {
         self.collect(|c| Some(c.key()))
     }
 
+    /// The keys of the cached shards a reconcile has work for by themselves (see
+    /// [`CachedShard::needs_work`]).
+    pub fn keys_needing_work(&self) -> Vec<ShardKey> {
+        self.collect(|c| c.needs_work().then(|| c.key()))
+    }
+
     /// A list begins: what it shows is marked, and [`ShardCache::end_list`] drops the rest.
     pub fn begin_list(&self) {
         let mut inner = write(&self.inner);
@@ -128,12 +134,20 @@ impl ShardCache {
             .collect()
     }
 
-    /// The list is complete: drops what it did not show, and gives the keys it did.
+    /// The list is complete: drops what it did not show, and gives the keys of the shards it
+    /// showed that need work. An addressed, labelled shard needs none: after a restart that is
+    /// every shard, and queueing them all would only run as many passes that do nothing (while
+    /// they run, a one-thread runtime answers `/ready` late).
     pub fn end_list(&self) -> Vec<ShardKey> {
         let mut inner = write(&self.inner);
         let list = inner.list;
         inner.entries.retain(|e| e.list == list);
-        inner.entries.iter().map(|e| e.shard.key()).collect()
+        inner
+            .entries
+            .iter()
+            .filter(|e| e.shard.needs_work())
+            .map(|e| e.shard.key())
+            .collect()
     }
 }
 
@@ -163,6 +177,16 @@ mod tests {
         cache.begin_list();
         cache.put(cached("a", "2001:db8::1"));
         cache.put(cached("c", ""));
+        // Addressed and labelled: listed and kept, but no pass is owed.
+        let mut done = shard("d", "2001:db8::4");
+        done.metadata.labels = Some(
+            [(
+                egress_api::shard::LABEL_EGRESS_IPV6.to_string(),
+                egress_api::shard::LABEL_VALUE_FAMILY_SERVED.to_string(),
+            )]
+            .into(),
+        );
+        cache.put(CachedShard::new(&done));
         let unlisted: Vec<_> = cache.unlisted().iter().map(|c| c.key()).collect();
         assert_eq!(sorted(unlisted), ["ns/b"]);
         assert!(
@@ -171,6 +195,9 @@ mod tests {
         );
         assert_eq!(sorted(cache.end_list()), ["ns/a", "ns/c"]);
         assert!(cache.get(&ShardKey::new("ns", "b")).is_none());
+        assert!(cache.get(&ShardKey::new("ns", "d")).is_some());
+        assert_eq!(sorted(cache.keys_needing_work()), ["ns/a", "ns/c"]);
+        assert_eq!(cache.keys().len(), 3);
         assert_eq!(
             cache.get(&ShardKey::new("ns", "a")).unwrap().address(),
             Some("2001:db8::1".parse().unwrap()),

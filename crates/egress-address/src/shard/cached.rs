@@ -25,6 +25,7 @@ use egress_api::shard::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::decide::Decision;
 use super::{ShardKey, ShardState, intern};
 
 /// One cached shard. Cheap to look up by name; [`CachedShard::shard`] gives the fields a
@@ -353,6 +354,27 @@ impl CachedShard {
         }
     }
 
+    /// What the shard needs, as [`decide`](super::decide::decide) reads it from the whole
+    /// shard: the watch asks this of every listed and changed shard, without making its
+    /// `EgressShard` view.
+    pub fn decision(&self) -> Decision {
+        if self.rare().is_some_and(|r| r.deletion_timestamp.is_some()) {
+            Decision::Skip
+        } else if !self.carries_address() {
+            Decision::Claim
+        } else if self.served {
+            Decision::Nothing
+        } else {
+            Decision::MarkServed
+        }
+    }
+
+    /// Whether a reconcile has anything to do for the shard by itself (pending releases aside,
+    /// which are queued by their deletion).
+    pub fn needs_work(&self) -> bool {
+        self.decision() != Decision::Nothing
+    }
+
     /// Whether `spec.shardAddressIPv6` is set, whatever it reads as.
     fn carries_address(&self) -> bool {
         self.address_packed || self.rare().is_some_and(|r| r.address.is_some())
@@ -487,6 +509,35 @@ mod tests {
                 "{address:?} {claim_ref}"
             );
         }
+    }
+
+    #[test]
+    fn the_record_needs_what_the_whole_shard_needs() {
+        let mut cases = Vec::new();
+        for address in ["", "2001:db8::1", "2001:DB8::1", "not an address"] {
+            for served in [false, true] {
+                for deleting in [false, true] {
+                    let mut s = shard(0);
+                    s.spec.shard_address_ipv6 = address.into();
+                    if !served {
+                        s.metadata.labels = None;
+                    }
+                    if deleting {
+                        s.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+                    }
+                    cases.push(s);
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        for s in &cases {
+            let wanted = crate::shard::decide::decide(s);
+            let record = CachedShard::new(s);
+            assert_eq!(record.decision(), wanted, "{:?}", s.metadata);
+            assert_eq!(record.needs_work(), wanted != Decision::Nothing);
+            seen.insert(format!("{wanted:?}"));
+        }
+        assert_eq!(seen.len(), 4, "every decision met: {seen:?}");
     }
 
     #[test]

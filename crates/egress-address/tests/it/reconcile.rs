@@ -111,11 +111,19 @@ async fn addressed_shards_and_an_idle_controller_cost_nothing() {
     settled(&ctl, &shard).await;
     ctl.stop().await.unwrap();
 
-    // A restart relists and reconciles the addressed shard from the cache alone.
+    // A restart relists; an addressed, labelled shard needs no pass at all.
     plane.reset_counters();
     let ctl = start_controller(&plane, settings()).await;
     idle(&ctl).await;
     plane.assert_work_requests(0, "a restart over addressed shards");
+    assert_eq!(
+        ctl.sum(
+            "controller_runtime_reconcile_total",
+            ("controller", "egressshardaddress")
+        ),
+        0,
+        "no pass for a shard that needs nothing"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     plane.assert_work_requests(0, "idle");
     ctl.stop().await.unwrap();
@@ -172,6 +180,58 @@ async fn a_deleting_shard_is_left_alone() {
     assert!(after.spec.shard_address_ipv6.is_empty());
     assert!(label(&after).is_none());
     assert!(plane.claim_for("draining").await.is_none());
+    ctl.stop().await.unwrap();
+}
+
+/// Passes that ask nothing of anyone (here: shards being deleted, which are left alone) never
+/// wait, so a burst of them must still step aside for the runtime's other tasks: on the
+/// controller's one thread, those answer `/live` and `/ready`.
+#[tokio::test]
+async fn a_burst_of_passes_that_ask_nothing_lets_other_tasks_run() {
+    // More than tokio's budget of a task between yields (128) for each of the four workers.
+    const SHARDS: u64 = 600;
+    let plane = Plane::start().await;
+    // Straight into the cell's store, then deleted in one request: a finalizer holds them.
+    for i in 0..SHARDS {
+        let mut shard = shard_object(SHARD_NS, &format!("draining-{i}"));
+        shard["metadata"]["finalizers"] = serde_json::json!(["example.com/hold"]);
+        plane.lp().cell().apply_object(shard).unwrap();
+    }
+    plane
+        .shards()
+        .delete_collection(&Default::default(), &Default::default())
+        .await
+        .unwrap();
+    let deleting = plane.shard_now("draining-0").unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    let ctl = start_unready(settings(), plane.cell(), plane.ipam_for_controller().await);
+    let passes = || {
+        ctl.sum(
+            "controller_runtime_reconcile_total",
+            ("controller", "egressshardaddress"),
+        )
+    };
+    // This test's own task runs on the same thread: each time it gets the thread back it
+    // notes how far the passes had come.
+    let mut seen_midway = 0;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let done = passes();
+            if done >= SHARDS {
+                break;
+            }
+            if done > 0 {
+                seen_midway += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every shard gets its pass");
+    assert!(
+        seen_midway > 0,
+        "the passes ran as one burst: the test's task got the thread {seen_midway} times while they ran"
+    );
     ctl.stop().await.unwrap();
 }
 
