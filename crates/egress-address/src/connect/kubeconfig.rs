@@ -264,6 +264,9 @@ fn is_token_char(c: char) -> bool {
 /// Shortest piece of a secret that is scrubbed when a message quotes only part of one.
 const SECRET_PIECE: usize = 8;
 
+/// What a message shows in place of a secret.
+pub const REDACTED: &str = "[redacted]";
+
 /// `message` with every secret, and any piece of one, replaced: each run of token-like
 /// characters that contains a secret, or is a long enough piece of one, becomes `[redacted]`.
 pub fn redact(message: &str, secrets: &[String]) -> String {
@@ -276,7 +279,7 @@ pub fn redact(message: &str, secrets: &[String]) -> String {
     let mut run = String::new();
     let flush = |run: &mut String, out: &mut String| {
         if !run.is_empty() && secret_like(run) {
-            out.push_str("[redacted]");
+            out.push_str(REDACTED);
         } else {
             out.push_str(run);
         }
