@@ -7,7 +7,6 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{ArgAction, Args as ClapArgs, CommandFactory, FromArgMatches, Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 use super::duration::parse_duration;
 use super::goflags;
@@ -260,8 +259,9 @@ pub struct LogArgs {
     /// `plain` or `json` [default: plain, or as --zap-encoder says]
     #[arg(long, env = "LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// A filter in RUST_LOG syntax, e.g. `info` or `egress_address=debug,kube=warn` [default:
-    /// info, or as --zap-log-level or --zap-devel say]
+    /// A filter in RUST_LOG syntax, e.g. `info` or `egress_address=debug,kube=warn`; a span
+    /// field's value matches exactly, never as a pattern (`[reconcile{name=shard-a}]=debug`)
+    /// [default: info, or as --zap-log-level or --zap-devel say]
     #[arg(long, env = "RUST_LOG", value_parser = parse_filter)]
     pub log_level: Option<String>,
     /// controller-runtime's development defaults: the console (plain) encoder and debug level,
@@ -308,7 +308,7 @@ fn parse_zap_encoder(s: &str) -> Result<LogFormat, String> {
 }
 
 fn parse_filter(s: &str) -> Result<String, String> {
-    EnvFilter::try_new(s)
+    crate::logs::filter(s)
         .map(|_| s.to_string())
         .map_err(|e| format!("not a RUST_LOG filter: {e}"))
 }
