@@ -6,6 +6,8 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use egress_address::config::args::{Args, BINARY};
 
@@ -120,7 +122,7 @@ fn a_log_filter_field_value_is_text_not_a_pattern_to_compile() {
         peak < 1 << 20,
         "building the filter made {peak} bytes live at once"
     );
-    let parsed = peak_of(|| Args::try_parse_go_style([BINARY, "--log-level", &value])).0;
+    let parsed = Args::try_parse_go_style([BINARY, "--log-level", &value]);
     match (filter, parsed) {
         (Ok(_), Ok(args)) => assert_eq!(args.log.log_level.as_deref(), Some(value.as_str())),
         (Err(_), Err(e)) => assert!(e.to_string().contains("not a RUST_LOG filter"), "{e}"),
@@ -134,7 +136,7 @@ fn a_log_filter_field_value_is_text_not_a_pattern_to_compile() {
 fn a_log_filter_field_value_matches_literally() {
     use tracing_subscriber::layer::SubscriberExt;
 
-    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(0));
     let counter = Counter(seen.clone());
     let filter =
         egress_address::logs::filter("[reconcile{name=a.b}]=debug").expect("a valid filter");
@@ -146,14 +148,14 @@ fn a_log_filter_field_value_matches_literally() {
             tracing::debug!("inside");
         }
     });
-    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(seen.load(Ordering::Relaxed), 1);
 }
 
 /// Counts the events that pass the filter.
-struct Counter(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+struct Counter(Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Counter {
     fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
