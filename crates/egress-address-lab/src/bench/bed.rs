@@ -16,7 +16,7 @@
 //! kube-system every 10 s, the system namespaces every minute) under the same labels, and it
 //! counts a watch when the watch ends, so a watch still open is not in a run's figures.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -374,57 +374,60 @@ struct Seen {
     addressed: Option<Instant>,
 }
 
-/// The shards of a namespace of the real cell as one watch sees them: those listed when it
-/// opened, and every one created or addressed since, with the time the watch saw it. The watch
-/// task ends when the tally is dropped.
-pub struct WatchTally {
-    shards: HashMap<String, Seen>,
-    rx: mpsc::UnboundedReceiver<(String, bool, Instant)>,
-    task: tokio::task::JoinHandle<()>,
+/// One shard as the bench's watch saw it, or as a list it fell back on saw it.
+struct Sighting {
+    name: String,
+    addressed: bool,
+    at: Instant,
+    /// Seen by a list: when it was created is not known.
+    listed: bool,
 }
 
-impl WatchTally {
-    async fn start(admin: &kube::Client, namespace: &str) -> anyhow::Result<WatchTally> {
-        let api: Api<EgressShard> = Api::namespaced(admin.clone(), namespace);
-        let listed = api
-            .list_metadata(&ListParams::default())
-            .await
-            .context("listing the shards before watching them")?;
-        let mut shards = HashMap::new();
-        for s in &listed.items {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            shards.insert(
-                name,
-                Seen {
-                    created: None,
-                    addressed: None,
-                },
-            );
-        }
-        // Which of the listed ones are addressed already: the label says it without the bodies.
-        let addressed = api
-            .list_metadata(&ListParams::default().labels(egress_api::shard::LABEL_EGRESS_IPV6))
-            .await
-            .context("listing the addressed shards")?;
-        let now = Instant::now();
-        for s in addressed.items {
-            if let Some(seen) = shards.get_mut(s.metadata.name.as_deref().unwrap_or_default()) {
-                seen.addressed = Some(now);
-            }
-        }
-        let mut rv = listed.metadata.resource_version.unwrap_or_default();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            loop {
-                let stream = match api.watch(&WatchParams::default().timeout(290), &rv).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("bench: the progress watch: {e}");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                };
+/// Every shard of the namespace, each with whether it is addressed, and the resourceVersion to
+/// watch from. The label says which are addressed without the bodies.
+async fn list_sightings(api: &Api<EgressShard>) -> anyhow::Result<(String, Vec<Sighting>)> {
+    let listed = api
+        .list_metadata(&ListParams::default())
+        .await
+        .context("listing the shards")?;
+    let addressed: HashSet<String> = api
+        .list_metadata(&ListParams::default().labels(egress_api::shard::LABEL_EGRESS_IPV6))
+        .await
+        .context("listing the addressed shards")?
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    let at = Instant::now();
+    let sightings = listed
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .map(|name| Sighting {
+            addressed: addressed.contains(&name),
+            name,
+            at,
+            listed: true,
+        })
+        .collect();
+    Ok((
+        listed.metadata.resource_version.unwrap_or_default(),
+        sightings,
+    ))
+}
+
+/// Watches the namespace's shards from `rv` and sends every sighting until `tx` is closed.
+///
+/// When the watch is refused or ends with an error (a 410 once the resourceVersion is older
+/// than what etcd keeps, as after a long burst of writes) the events in between are gone, so it
+/// lists again and watches on from there; without that the tally would stop counting and the
+/// run would wait out its timeout over shards long addressed.
+async fn follow(api: Api<EgressShard>, mut rv: String, tx: mpsc::UnboundedSender<Sighting>) {
+    loop {
+        let expired = match api.watch(&WatchParams::default().timeout(290), &rv).await {
+            Ok(stream) => {
                 let mut stream = std::pin::pin!(stream);
+                let mut expired = false;
                 while let Some(event) = stream.next().await {
                     let shard = match event {
                         Ok(WatchEvent::Added(s) | WatchEvent::Modified(s)) => s,
@@ -437,8 +440,12 @@ impl WatchTally {
                             continue;
                         }
                         Ok(WatchEvent::Error(e)) => {
-                            eprintln!("bench: the progress watch ended: {e:?}");
-                            return;
+                            eprintln!(
+                                "bench: the progress watch ended ({} {}: {}); listing again",
+                                e.code, e.reason, e.message
+                            );
+                            expired = true;
+                            break;
                         }
                         Err(e) => {
                             eprintln!("bench: the progress watch: {e}");
@@ -446,24 +453,82 @@ impl WatchTally {
                         }
                     };
                     rv = shard.metadata.resource_version.clone().unwrap_or_default();
-                    let name = shard.metadata.name.clone().unwrap_or_default();
-                    let addressed = !shard.spec.shard_address_ipv6.is_empty();
-                    if tx.send((name, addressed, Instant::now())).is_err() {
+                    let sighting = Sighting {
+                        name: shard.metadata.name.clone().unwrap_or_default(),
+                        addressed: !shard.spec.shard_address_ipv6.is_empty(),
+                        at: Instant::now(),
+                        listed: false,
+                    };
+                    if tx.send(sighting).is_err() {
                         return;
                     }
                 }
+                expired
             }
-        });
-        Ok(WatchTally { shards, rx, task })
+            Err(kube::Error::Api(s)) if s.code == 410 => {
+                eprintln!("bench: the progress watch was refused (410); listing again");
+                true
+            }
+            Err(e) => {
+                eprintln!("bench: the progress watch: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if expired {
+            match list_sightings(&api).await {
+                Ok((fresh, sightings)) => {
+                    rv = fresh;
+                    for s in sightings {
+                        if tx.send(s).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("bench: the progress watch: {e:#}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The shards of a namespace of the real cell as one watch sees them: those listed when it
+/// opened, and every one created or addressed since, with the time the watch saw it. A shard
+/// first seen by a list (when it opened, or after the watch expired) has no creation time and
+/// so no wait. The watch task ends when the tally is dropped.
+pub struct WatchTally {
+    shards: HashMap<String, Seen>,
+    rx: mpsc::UnboundedReceiver<Sighting>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WatchTally {
+    async fn start(admin: &kube::Client, namespace: &str) -> anyhow::Result<WatchTally> {
+        let api: Api<EgressShard> = Api::namespaced(admin.clone(), namespace);
+        let (rv, listed) = list_sightings(&api)
+            .await
+            .context("before watching the shards")?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut tally = WatchTally {
+            shards: HashMap::new(),
+            rx,
+            task: tokio::spawn(follow(api, rv, tx)),
+        };
+        for s in listed {
+            tally.apply(s);
+        }
+        Ok(tally)
     }
 
-    fn apply(&mut self, (name, addressed, at): (String, bool, Instant)) {
-        let seen = self.shards.entry(name).or_insert(Seen {
-            created: Some(at),
+    fn apply(&mut self, s: Sighting) {
+        let seen = self.shards.entry(s.name).or_insert(Seen {
+            created: (!s.listed).then_some(s.at),
             addressed: None,
         });
-        if addressed {
-            seen.addressed.get_or_insert(at);
+        if s.addressed {
+            seen.addressed.get_or_insert(s.at);
         }
     }
 
@@ -573,5 +638,40 @@ apiserver_request_total_other{code="200",resource="egressshards",verb="UPDATE"} 
             4,
             "leases, non-resource and other series left out: {m:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_progress_watch_lists_again_once_its_resource_version_has_expired() {
+        let w = crate::fleet::world().start().await.unwrap();
+        shape::prepare(&w, Objects::Bare);
+        shape::seed(&w, "ns", "s", 0..3, Objects::Bare);
+        // The history is gone, so a watch from an early resourceVersion is told 410.
+        w.lp().cell().compact_history();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(follow(Api::namespaced(w.cell(), "ns"), "1".into(), tx));
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                .await
+                .expect("a sighting within 30 s")
+                .expect("the watch task is running")
+        };
+        let mut listed = Vec::new();
+        for _ in 0..3 {
+            let s = next().await;
+            assert!(
+                s.listed,
+                "{} should come from the list, not a watch event",
+                s.name
+            );
+            listed.push(s.name);
+        }
+        listed.sort();
+        assert_eq!(listed, ["s-0", "s-1", "s-2"]);
+        // And it watches on from the list: a shard created now is seen as created.
+        shape::seed(&w, "ns", "s", 3..4, Objects::Bare);
+        let s = next().await;
+        assert_eq!((s.name.as_str(), s.listed), ("s-3", false));
+        task.abort();
+        w.shutdown().await;
     }
 }
