@@ -204,7 +204,9 @@ impl Default for LogOptions {
 /// A field value in a span directive (`[{field=value}]`) is matched as literal text, not as a
 /// regular expression: the filter crate compiles such a regex into a dense automaton with no
 /// size cap, and a 395-byte value of dots made it allocate 32 MiB (found by the `flags` fuzz
-/// target). An operator filters on a field's exact value; nobody needs a pattern there.
+/// target). An operator filters on a field's exact value; nobody needs a pattern there. (The
+/// crate's text match also passes a field whose value is the start of the one named; the
+/// reconcile span's test in `runtime::worker` pins that, and docs/operations.md warns of it.)
 pub fn filter(directives: &str) -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
     EnvFilter::builder().with_regex(false).parse(directives)
 }

@@ -260,7 +260,7 @@ pub struct LogArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// A filter in RUST_LOG syntax, e.g. `info` or `egress_address=debug,kube=warn`; a span
-    /// field's value matches exactly, never as a pattern (`[reconcile{name=shard-a}]=debug`)
+    /// field's value is compared as text, never as a pattern (`[reconcile{name=shard-a}]=debug`)
     /// [default: info, or as --zap-log-level or --zap-devel say]
     #[arg(long, env = "RUST_LOG", value_parser = parse_filter)]
     pub log_level: Option<String>,

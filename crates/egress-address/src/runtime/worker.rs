@@ -154,12 +154,14 @@ pub fn result_of(next: Next) -> ReconcileResult {
 /// The fields controller-runtime puts on every line of a reconcile: the controller, the object
 /// (as a reference, and as `namespace` and `name`), and an ID of its own.
 fn reconcile_span(key: &ShardKey) -> Span {
-    // At error level, so that the fields are there whenever a "Reconciler error" line is.
+    // At error level, so that the fields are there whenever a "Reconciler error" line is. Every
+    // field is recorded as Display, so a `--log-level` filter names each value without quotes
+    // (a `&str` would be matched by its Debug form, quotes and all).
     tracing::error_span!(
         "reconcile",
-        controller = CONTROLLER,
-        controllerGroup = egress_api::shard::GROUP,
-        controllerKind = "EgressShard",
+        controller = %CONTROLLER,
+        controllerGroup = %egress_api::shard::GROUP,
+        controllerKind = %"EgressShard",
         EgressShard = %object_ref(&key.namespace, &key.name),
         namespace = %key.namespace,
         name = %key.name,
@@ -350,5 +352,46 @@ mod tests {
         assert_eq!(pace(hour, 0), hour);
         assert_eq!(pace(hour, 1), hour);
         assert_eq!(pace(hour, 10_000), Duration::from_millis(360));
+    }
+
+    #[test]
+    fn a_log_filter_names_each_reconcile_field_without_quotes() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+        struct Lines(Arc<AtomicUsize>);
+        impl<S: tracing::Subscriber> Layer<S> for Lines {
+            fn on_event(&self, _: &tracing::Event<'_>, _: Context<'_, S>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let key = ShardKey::new("galactic-system", "shard-a");
+        let lines = |directive: &str| {
+            let seen = Arc::new(AtomicUsize::new(0));
+            let subscriber = tracing_subscriber::registry()
+                .with(crate::logs::filter(directive).unwrap())
+                .with(Lines(seen.clone()));
+            tracing::subscriber::with_default(subscriber, || {
+                reconcile_span(&key).in_scope(|| tracing::debug!("inside"));
+            });
+            seen.load(Ordering::Relaxed)
+        };
+        for (field, value) in [
+            ("controller", CONTROLLER),
+            ("controllerGroup", egress_api::shard::GROUP),
+            ("controllerKind", "EgressShard"),
+            ("namespace", "galactic-system"),
+            ("name", "shard-a"),
+        ] {
+            let directive = format!("warn,[reconcile{{{field}={value}}}]=debug");
+            assert_eq!(lines(&directive), 1, "{directive}");
+            let other = format!("warn,[reconcile{{{field}=x{value}}}]=debug");
+            assert_eq!(lines(&other), 0, "{other}");
+            // tracing-subscriber 0.3.23 also takes a field whose value is the start of the
+            // filter's, as docs/operations.md warns. When this fails the library has closed that
+            // gap: drop the warning there.
+            let longer = format!("warn,[reconcile{{{field}={value}x}}]=debug");
+            assert_eq!(lines(&longer), 1, "{longer}");
+        }
     }
 }
