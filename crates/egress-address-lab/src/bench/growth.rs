@@ -113,13 +113,14 @@ impl Size {
         let lister = r.against_lister();
         format!(
             "bench: growth {} shards: controller {:.2} s, ideal {:.2} s ({:.2} x), {:.3} requests \
-             per new shard, peak RSS {}, restart to /ready {:.2} s, ideal lister {lister}, restart peak \
-             RSS {}",
+             per new shard, events all sent after {:.2} s, peak RSS {}, restart to /ready {:.2} s, \
+             ideal lister {lister}, restart peak RSS {}",
             m.shards(),
             m.wall().as_secs_f64(),
             m.ideal_wall().as_secs_f64(),
             m.ratio(),
             m.per_new_shard(),
+            m.events_done().as_secs_f64(),
             mib(m.peak_rss()),
             r.to_ready.as_secs_f64(),
             mib(r.peak_rss),
@@ -276,5 +277,35 @@ mod tests {
         assert_eq!(slope(&[(1.0, 3.0), (2.0, 5.0), (4.0, 9.0)]), Some(2.0));
         assert_eq!(slope(&[(1.0, 3.0)]), None);
         assert_eq!(slope(&[(1.0, 3.0), (1.0, 4.0)]), None);
+    }
+
+    #[test]
+    fn a_size_is_one_line_with_its_events_and_the_restart_beside_the_lister() {
+        let secs = Duration::from_secs_f64;
+        let run = Run::collect(
+            &[],
+            50_000,
+            4,
+            secs(457.88),
+            secs(461.2),
+            None,
+            None,
+            Some(45 * MIB as u64),
+        );
+        let mut restart =
+            RestartMeasurement::collect(&[], 50_000, secs(23.73), 15, Some(43 * MIB as u64));
+        restart.ideal_lister = Some(secs(17.92));
+        restart.ideal_lister_runs = vec![secs(20.77), secs(15.08)];
+        let size = Size {
+            measurement: Measurement::new(vec![run], vec![secs(239.93)]),
+            restart,
+        };
+        assert_eq!(
+            size.line(),
+            "bench: growth 50000 shards: controller 457.88 s, ideal 239.93 s (1.91 x), 0.000 \
+             requests per new shard, events all sent after 461.20 s, peak RSS 45.0 MiB, restart to \
+             /ready 23.73 s, ideal lister 17.92 s (1.32 x; 20.77 s before, 15.08 s after), restart \
+             peak RSS 43.0 MiB"
+        );
     }
 }
