@@ -130,8 +130,9 @@ fn a_log_filter_field_value_is_text_not_a_pattern_to_compile() {
     }
 }
 
-/// A field value in a log filter is compared as text, not as a pattern: a `.` is a dot. The span and
-/// field are the reconcile's (`runtime::worker`), as docs/operations.md's example filters them.
+/// A field value in a log filter is compared as text, not as a pattern: a `.` is a dot. The span
+/// and field are the reconcile's (`runtime::worker`), as docs/operations.md's example filters
+/// them.
 #[test]
 fn a_log_filter_field_value_matches_literally() {
     use tracing_subscriber::layer::SubscriberExt;

@@ -423,62 +423,13 @@ async fn list_sightings(api: &Api<EgressShard>) -> anyhow::Result<(String, Vec<S
 /// lists again and watches on from there; without that the tally would stop counting and the
 /// run would wait out its timeout over shards long addressed.
 async fn follow(api: Api<EgressShard>, mut rv: String, tx: mpsc::UnboundedSender<Sighting>) {
+    let mut must_list = false;
     loop {
-        let expired = match api.watch(&WatchParams::default().timeout(290), &rv).await {
-            Ok(stream) => {
-                let mut stream = std::pin::pin!(stream);
-                let mut expired = false;
-                while let Some(event) = stream.next().await {
-                    let shard = match event {
-                        Ok(WatchEvent::Added(s) | WatchEvent::Modified(s)) => s,
-                        Ok(WatchEvent::Bookmark(b)) => {
-                            rv = b.metadata.resource_version;
-                            continue;
-                        }
-                        Ok(WatchEvent::Deleted(s)) => {
-                            rv = s.metadata.resource_version.unwrap_or_default();
-                            continue;
-                        }
-                        Ok(WatchEvent::Error(e)) => {
-                            eprintln!(
-                                "bench: the progress watch ended ({} {}: {}); listing again",
-                                e.code, e.reason, e.message
-                            );
-                            expired = true;
-                            break;
-                        }
-                        Err(e) => {
-                            eprintln!("bench: the progress watch: {e}");
-                            break;
-                        }
-                    };
-                    rv = shard.metadata.resource_version.clone().unwrap_or_default();
-                    let sighting = Sighting {
-                        name: shard.metadata.name.clone().unwrap_or_default(),
-                        addressed: !shard.spec.shard_address_ipv6.is_empty(),
-                        at: Instant::now(),
-                        listed: false,
-                    };
-                    if tx.send(sighting).is_err() {
-                        return;
-                    }
-                }
-                expired
-            }
-            Err(kube::Error::Api(s)) if s.code == 410 => {
-                eprintln!("bench: the progress watch was refused (410); listing again");
-                true
-            }
-            Err(e) => {
-                eprintln!("bench: the progress watch: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        if expired {
+        if must_list {
             match list_sightings(&api).await {
                 Ok((fresh, sightings)) => {
                     rv = fresh;
+                    must_list = false;
                     for s in sightings {
                         if tx.send(s).is_err() {
                             return;
@@ -486,12 +437,84 @@ async fn follow(api: Api<EgressShard>, mut rv: String, tx: mpsc::UnboundedSender
                     }
                 }
                 Err(e) => {
+                    // A pause before asking again: nothing signals the server is back.
                     eprintln!("bench: the progress watch: {e:#}");
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
                 }
             }
         }
+        match api.watch(&WatchParams::default().timeout(290), &rv).await {
+            Ok(stream) => match read_watch(stream, &mut rv, &tx).await {
+                WatchEnd::Closed => {}
+                WatchEnd::Expired => must_list = true,
+                WatchEnd::NobodyListens => return,
+            },
+            Err(kube::Error::Api(s)) if s.code == 410 => {
+                eprintln!("bench: the progress watch was refused (410); listing again");
+                must_list = true;
+            }
+            Err(e) => {
+                eprintln!("bench: the progress watch: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
+}
+
+/// How one watch of [`follow`] ended.
+enum WatchEnd {
+    /// The stream closed or failed: watch again from the last resourceVersion seen.
+    Closed,
+    /// An ERROR event: the events since the last resourceVersion are gone.
+    Expired,
+    /// The tally was dropped.
+    NobodyListens,
+}
+
+/// Sends every shard the stream shows, keeping `rv` at the last resourceVersion seen.
+async fn read_watch(
+    stream: impl futures::Stream<Item = kube::Result<WatchEvent<EgressShard>>>,
+    rv: &mut String,
+    tx: &mpsc::UnboundedSender<Sighting>,
+) -> WatchEnd {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        let shard = match event {
+            Ok(WatchEvent::Added(s) | WatchEvent::Modified(s)) => s,
+            Ok(WatchEvent::Bookmark(b)) => {
+                *rv = b.metadata.resource_version;
+                continue;
+            }
+            Ok(WatchEvent::Deleted(s)) => {
+                *rv = s.metadata.resource_version.unwrap_or_default();
+                continue;
+            }
+            Ok(WatchEvent::Error(e)) => {
+                eprintln!(
+                    "bench: the progress watch ended ({} {}: {}); listing again",
+                    e.code, e.reason, e.message
+                );
+                return WatchEnd::Expired;
+            }
+            Err(e) => {
+                eprintln!("bench: the progress watch: {e}");
+                return WatchEnd::Closed;
+            }
+        };
+        let addressed = !shard.spec.shard_address_ipv6.is_empty();
+        *rv = shard.metadata.resource_version.unwrap_or_default();
+        let sighting = Sighting {
+            name: shard.metadata.name.unwrap_or_default(),
+            addressed,
+            at: Instant::now(),
+            listed: false,
+        };
+        if tx.send(sighting).is_err() {
+            return WatchEnd::NobodyListens;
+        }
+    }
+    WatchEnd::Closed
 }
 
 /// The shards of a namespace of the real cell as one watch sees them: those listed when it
